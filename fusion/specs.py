@@ -1,0 +1,272 @@
+"""Plugin specs: the one place that says what each emitted custom node looks like.
+
+A spec names the TensorRT plugin creator a node maps to (op_type, plugin_version,
+plugin_namespace), the node's ONNX domain, its inputs, outputs and fields.  The fusion
+passes emit nodes only through these specs (``fusion.graph.plugin_node``); the C++ creators in
+plugin_src/ are generated from / checked against these specs (``python -m fusion plugins
+check``), and the README's plugin table is rendered from them.
+
+Field types follow onnx-tensorrt's FallbackPluginImporter: every ONNX attribute but
+``plugin_version`` and ``plugin_namespace`` (both STRING) becomes a ``PluginField``.
+Initializer inputs reach the plugin as ITensors, not Weights.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+# Every custom node lives in this ONNX domain: the ONNX checker rejects custom nodes with a
+# model-local function in the default domain, and onnx-tensorrt looks plugins up by op_type.
+PLUGIN_DOMAIN = "trt.plugins"
+
+
+class FieldType(enum.Enum):
+    """An ONNX attribute type and the TensorRT ``PluginFieldType`` it arrives as."""
+
+    INT = ("INT", "kINT32")
+    FLOAT = ("FLOAT", "kFLOAT32")
+    STRING = ("STRING", "kCHAR")
+    INTS = ("INTS", "kINT32")
+    FLOATS = ("FLOATS", "kFLOAT32")
+    TENSOR = ("TENSOR", "Weights")
+
+    @property
+    def onnx_name(self) -> str:
+        return self.value[0]
+
+    @property
+    def trt_name(self) -> str:
+        return self.value[1]
+
+    @property
+    def onnx_type(self) -> int:
+        return getattr(onnx.AttributeProto, self.onnx_name)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A plugin field, carried as an ONNX attribute of the same name."""
+
+    name: str
+    type: FieldType
+    doc: str
+    default: Any = None  # None: the field is required
+    choices: tuple = ()  # allowed values, where the set is closed
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+    def check(self, value: Any) -> Any:
+        """Return ``value`` coerced to the field's Python type; raise ValueError if it does not fit."""
+        t = self.type
+        if t is FieldType.INT:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"field {self.name!r} takes an int, got {value!r}")
+            value = int(value)
+            if not -(2**31) <= value < 2**31:
+                raise ValueError(f"field {self.name!r} does not fit int32: {value}")
+        elif t is FieldType.FLOAT:
+            if not isinstance(value, (int, float, np.floating, np.integer)) or isinstance(value, bool):
+                raise ValueError(f"field {self.name!r} takes a float, got {value!r}")
+            value = float(value)
+        elif t is FieldType.STRING:
+            if not isinstance(value, str):
+                raise ValueError(f"field {self.name!r} takes a string, got {value!r}")
+        elif t is FieldType.INTS:
+            value = [Field(self.name, FieldType.INT, "").check(v) for v in value]
+        elif t is FieldType.FLOATS:
+            value = [Field(self.name, FieldType.FLOAT, "").check(v) for v in value]
+        elif t is FieldType.TENSOR:
+            if not isinstance(value, (np.ndarray, onnx.TensorProto)):
+                raise ValueError(f"field {self.name!r} takes a tensor, got {type(value).__name__}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"field {self.name!r} must be one of {list(self.choices)}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Port:
+    """A node input or output."""
+
+    name: str
+    doc: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """What a custom node looks like, and which TensorRT plugin creator it maps to."""
+
+    op_type: str
+    version: str
+    namespace: str
+    inputs: tuple[Port, ...]
+    outputs: tuple[Port, ...]
+    fields: tuple[Field, ...]
+    doc: str
+    # "fusion": implemented in plugin_src/; "tensorrt": shipped in libnvinfer_plugin.
+    provider: str = "fusion"
+    domain: str = PLUGIN_DOMAIN
+    # Folder under plugin_src/ that implements it (provider "fusion" only).
+    source_dir: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The triple TensorRT's plugin registry is keyed by."""
+        return (self.op_type, self.version, self.namespace)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.op_type} has no field {name!r}")
+
+    def attributes(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate field values and return the node's full attribute dict.
+
+        Unknown names and missing required fields are errors; optional fields left out
+        take their defaults, so every emitted node spells out every field.
+        """
+        unknown = set(values) - {f.name for f in self.fields}
+        if unknown:
+            raise ValueError(f"{self.op_type} has no field(s) {sorted(unknown)}")
+        attrs: dict[str, Any] = {}
+        for f in self.fields:
+            if f.name in values:
+                attrs[f.name] = f.check(values[f.name])
+            elif f.required:
+                raise ValueError(f"{self.op_type} needs field {f.name!r}")
+            else:
+                attrs[f.name] = f.default
+        attrs["plugin_version"] = self.version
+        attrs["plugin_namespace"] = self.namespace
+        return attrs
+
+    def check_arity(self, n_inputs: int, n_outputs: int) -> None:
+        need = sum(not p.optional for p in self.inputs)
+        if not need <= n_inputs <= len(self.inputs):
+            raise ValueError(f"{self.op_type} takes {need}..{len(self.inputs)} inputs, got {n_inputs}")
+        if n_outputs != len(self.outputs):
+            raise ValueError(f"{self.op_type} has {len(self.outputs)} output(s), got {n_outputs}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description (used by ``fusion list`` and the plugin contract check)."""
+        return {
+            "op_type": self.op_type,
+            "plugin_version": self.version,
+            "plugin_namespace": self.namespace,
+            "domain": self.domain,
+            "provider": self.provider,
+            "inputs": [{"name": p.name, "optional": p.optional, "doc": p.doc} for p in self.inputs],
+            "outputs": [{"name": p.name, "doc": p.doc} for p in self.outputs],
+            "fields": [
+                {
+                    "name": f.name,
+                    "onnx_type": f.type.onnx_name,
+                    "trt_type": f.type.trt_name,
+                    "default": f.default,
+                    "doc": f.doc,
+                    **({"choices": list(f.choices)} if f.choices else {}),
+                }
+                for f in self.fields
+            ],
+            "doc": self.doc,
+        }
+
+
+_EPS = Field("epsilon", FieldType.FLOAT, "added to the variance before the square root")
+_AXIS = Field(
+    "axis",
+    FieldType.INT,
+    "first normalized dimension, negative: the node normalizes over dims [axis, rank)",
+    default=-1,
+)
+
+FUSED_LAYER_NORM = PluginSpec(
+    op_type="FusedLayerNorm",
+    version="1",
+    namespace="fusion",
+    inputs=(
+        Port("X", "input, fp32/fp16/bf16"),
+        Port("Scale", "γ, shaped like the normalized dims (the emitter always provides it)", optional=True),
+        Port("B", "β, shaped like the normalized dims (the emitter always provides it)", optional=True),
+    ),
+    outputs=(Port("Y", "normalized output, same type and shape as X"),),
+    fields=(_EPS, _AXIS),
+    doc="Y = (X - mean) / sqrt(var + epsilon) * Scale + B over dims [axis, rank), fp32 accumulation.",
+    source_dir="layernorm",
+)
+
+FUSED_RMS_NORM = PluginSpec(
+    op_type="FusedRMSNorm",
+    version="1",
+    namespace="fusion",
+    inputs=(
+        Port("X", "input, fp32/fp16/bf16"),
+        Port("Scale", "γ, shaped like the normalized dims (the emitter always provides it)", optional=True),
+    ),
+    outputs=(Port("Y", "normalized output, same type and shape as X"),),
+    fields=(_EPS, _AXIS),
+    doc="Y = X / sqrt(mean(X^2) + epsilon) * Scale over dims [axis, rank), fp32 accumulation.",
+    source_dir="rmsnorm",
+)
+
+# Shipped in TensorRT's libnvinfer_plugin (8.5 ... 10.x).  Measured on 8.5.3: it normalizes
+# over the last rank-2 dims, so the emitter only uses it on rank-3 [N, 1, C] views.
+TRT_LAYER_NORM = PluginSpec(
+    op_type="LayerNorm",
+    version="1",
+    namespace="",
+    inputs=(
+        Port("X", "input, rank 3 [N, S, C]: normalized over the last rank-2 dims"),
+        Port("gamma", "γ, shaped like the normalized dims"),
+        Port("beta", "β, shaped like the normalized dims"),
+    ),
+    outputs=(Port("Y", "normalized output"),),
+    fields=(_EPS,),
+    doc="TensorRT's shipped LayerNorm plugin: normalizes over the last rank-2 dims.",
+    provider="tensorrt",
+)
+
+FC_ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh")
+
+FUSED_FC = PluginSpec(
+    op_type="FusedFC",
+    version="1",
+    namespace="fusion",
+    inputs=(
+        Port("X", "activations [..., K], fp32/fp16/bf16"),
+        Port("W", "weight: [K, N] (transpose_weight=0) or [N, K] (transpose_weight=1), same type as X"),
+        Port("B", "bias [N], same type as X (zeros where the model has none)"),
+    ),
+    outputs=(Port("Y", "[..., N] = activation(alpha * X @ W + B)"),),
+    fields=(
+        Field("out_features", FieldType.INT, "N, the number of output features"),
+        Field("transpose_weight", FieldType.INT, "1 if W is stored [N, K] (Linear/Gemm transB=1)", default=0, choices=(0, 1)),
+        Field("alpha", FieldType.FLOAT, "scale of the matrix product (Gemm alpha)", default=1.0),
+        Field("activation", FieldType.STRING, "epilogue after the bias", default="none", choices=FC_ACTIVATIONS),
+    ),
+    doc="Fully connected layer: cuBLASLt GEMM with the bias and activation fused as an epilogue.",
+    source_dir="fc",
+)
+
+SPECS: tuple[PluginSpec, ...] = (FUSED_LAYER_NORM, FUSED_RMS_NORM, FUSED_FC, TRT_LAYER_NORM)
+
+
+def by_op_type(op_type: str, domain: str = PLUGIN_DOMAIN) -> PluginSpec | None:
+    for s in SPECS:
+        if s.op_type == op_type and s.domain == domain:
+            return s
+    return None
+
+
+def fusion_specs() -> Sequence[PluginSpec]:
+    """The specs this project implements in plugin_src/."""
+    return [s for s in SPECS if s.provider == "fusion"]
