@@ -1,0 +1,119 @@
+"""The Python entry points: fuse a model given as a ModelProto, a path or a gs.Graph."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Sequence, Union
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from . import model_io, passes, specs
+from .passes import PassResult
+
+log = logging.getLogger(__name__)
+
+ModelLike = Union[str, os.PathLike, onnx.ModelProto, gs.Graph]
+NORM_PASSES = ("layernorm", "rmsnorm")
+ALL_PASSES = ("layernorm", "rmsnorm", "gemm")
+
+
+def fuse(
+    model: ModelLike,
+    passes_: Sequence[str] | None = None,
+    *,
+    target: str = "plugin",
+    functions: bool = True,
+    validate: bool = True,
+    base_dir: str | None = None,
+    passes: Sequence[str] | None = None,
+) -> onnx.ModelProto | gs.Graph:
+    """Fuse every supported pattern of the selected passes; returns the same kind it was given.
+
+    ``target``: "plugin" (this project's plugins, default), "trt" (TensorRT's shipped
+    plugins) or "onnx" (standard ops).  ``functions``: attach a model-local ONNX function to
+    each custom op so onnxruntime can run the fused model.  A path comes back as a ModelProto
+    with its external data loaded, as ``onnx.load`` would; use :func:`fuse_file` to keep
+    weights on disk.  An unmodified model is returned as is.
+    """
+    chosen = passes if passes is not None else passes_
+    result = run(model, chosen or ALL_PASSES, target=target, functions=functions, validate=validate, base_dir=base_dir)
+    return result.model
+
+
+def fuse_layernorm(model: ModelLike, *, target: str = "plugin", rms: bool = True, **kwargs) -> onnx.ModelProto | gs.Graph:
+    """Fuse decomposed LayerNorm (and, unless ``rms=False``, RMSNorm) chains.  See :func:`fuse`."""
+    return fuse(model, passes=NORM_PASSES if rms else ("layernorm",), target=target, **kwargs)
+
+
+def fuse_gemm(model: ModelLike, *, target: str = "plugin", **kwargs) -> onnx.ModelProto | gs.Graph:
+    """Fuse Gemm and MatMul+Add (+activation) into fully-connected nodes.  See :func:`fuse`."""
+    return fuse(model, passes=("gemm",), target=target, **kwargs)
+
+
+def inspect(model: ModelLike, passes_: Sequence[str] = ALL_PASSES, *, target: str = "plugin", base_dir: str | None = None) -> PassResult:
+    """Dry run: what would fuse, and for each near-miss the reason it does not."""
+    return run(model, passes_, target=target, dry_run=True, base_dir=base_dir)
+
+
+def run(
+    model: ModelLike,
+    pass_names: Sequence[str],
+    *,
+    target: str = "plugin",
+    functions: bool = True,
+    validate: bool = True,
+    dry_run: bool = False,
+    base_dir: str | None = None,
+) -> PassResult:
+    """Fuse and return the full result (model, fusions, near-misses, warnings)."""
+    rules = passes.rules_for(pass_names)
+    if isinstance(model, gs.Graph):
+        proto = gs.export_onnx(model)
+        result = passes.run(proto, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run)
+        if result.modified:
+            result.model = gs.import_onnx(result.model)
+        else:
+            result.model = model
+        return result
+    if isinstance(model, onnx.ModelProto):
+        return passes.run(model, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run)
+    loaded = model_io.load(model)
+    result = passes.run(
+        loaded.proto, rules, target, base_dir=loaded.base_dir, functions=functions, validate=validate, dry_run=dry_run
+    )
+    if not dry_run and model_io.external_tensors(result.model):
+        onnx.load_external_data_for_model(result.model, loaded.base_dir)
+    return result
+
+
+def fuse_file(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    pass_names: Sequence[str] = ALL_PASSES,
+    *,
+    target: str = "plugin",
+    functions: bool = True,
+    validate: bool = True,
+) -> PassResult:
+    """Fuse the model at ``src`` into ``dst``; weights stay on disk and stream to dst's data file.
+
+    ``dst`` may be ``src``: the output is written to a temporary file and renamed over it.
+    """
+    rules = passes.rules_for(pass_names)
+    loaded = model_io.load(src)
+    result = passes.run(loaded.proto, rules, target, base_dir=loaded.base_dir, functions=functions, validate=validate)
+    model_io.save(result.model, dst, source_dir=loaded.base_dir)
+    return result
+
+
+def strip_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy without the model-local functions this library attaches to its custom ops."""
+    ours = {(s.domain, s.op_type) for s in specs.SPECS}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    keep = [f for f in out.functions if (f.domain, f.name) not in ours]
+    del out.functions[:]
+    out.functions.extend(keep)
+    return out

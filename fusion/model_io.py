@@ -1,0 +1,275 @@
+"""Reading and writing models: clear errors for bad input, atomic writes, external data.
+
+Weights are never read to match patterns: models are loaded with their external data left on
+disk, and saving streams those bytes to the output's own data file.  Peak memory therefore
+tracks the graph, not the weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from .errors import InvalidGraphError, ModelLoadError, OutputError, UnsupportedModelError
+from .graph import default_opset
+
+log = logging.getLogger(__name__)
+
+MIN_IR_VERSION = 3
+MIN_OPSET = 7
+PROTOBUF_LIMIT = 2**31 - 1
+# External tensors are copied in chunks this big.
+_CHUNK = 16 << 20
+
+
+@dataclass
+class LoadedModel:
+    proto: onnx.ModelProto
+    base_dir: str | None  # directory external data is relative to (None: in-memory model)
+    path: Path | None = None
+
+
+def load(path: str | os.PathLike, load_external_data: bool = False) -> LoadedModel:
+    """Parse an ONNX file; raise ModelLoadError with one clear line if it is not one."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"{p}: no such file")
+    if not p.is_file():
+        raise ModelLoadError(f"{p}: not a file")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ModelLoadError(f"{p}: cannot read: {e.strerror}") from e
+    if not data:
+        raise ModelLoadError(f"{p}: empty file, not an ONNX model")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelLoadError(f"{p}: not an ONNX model (protobuf parse failed: {e or 'truncated?'})") from e
+    if not proto.HasField("graph") or proto.ir_version == 0:
+        raise ModelLoadError(f"{p}: not an ONNX model (no graph or IR version)")
+    base_dir = str(p.resolve().parent)
+    check_external_data(proto, base_dir, p)
+    if load_external_data:
+        onnx.load_external_data_for_model(proto, base_dir)
+        base_dir_used = None
+    else:
+        base_dir_used = base_dir
+    return LoadedModel(proto, base_dir_used, p)
+
+
+def external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    from onnx.external_data_helper import _get_all_tensors
+
+    return [t for t in _get_all_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def check_external_data(proto: onnx.ModelProto, base_dir: str, path: Path | None = None) -> None:
+    """Every external tensor's file must exist and be long enough."""
+    sizes: dict[str, int] = {}
+    for t in external_tensors(proto):
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        where = f"{path}: " if path else ""
+        if not loc or os.path.isabs(loc) or ".." in Path(loc).parts:
+            raise ModelLoadError(f"{where}tensor {t.name!r} has an invalid external data location {loc!r}")
+        full = os.path.join(base_dir, loc)
+        if loc not in sizes:
+            try:
+                sizes[loc] = os.path.getsize(full)
+            except OSError:
+                raise ModelLoadError(f"{where}missing external data file {loc!r} (tensor {t.name!r})") from None
+        end = int(info.get("offset", 0)) + int(info.get("length", 0))
+        if end > sizes[loc]:
+            raise ModelLoadError(f"{where}external data file {loc!r} is shorter than tensor {t.name!r} needs")
+
+
+def check_supported(proto: onnx.ModelProto) -> None:
+    """IR and opset versions this library knows; a graph that is a DAG with unique names."""
+    ir_max = onnx.IR_VERSION
+    if not MIN_IR_VERSION <= proto.ir_version <= ir_max:
+        raise UnsupportedModelError(
+            f"IR version {proto.ir_version} is not supported (this library handles {MIN_IR_VERSION}..{ir_max})"
+        )
+    opset = default_opset(proto.opset_import)
+    op_max = onnx.defs.onnx_opset_version()
+    if not MIN_OPSET <= opset <= op_max:
+        raise UnsupportedModelError(
+            f"default-domain opset {opset or 'missing'} is not supported (this library handles {MIN_OPSET}..{op_max})"
+        )
+    check_graph(proto.graph, outer=set(), where="graph")
+
+
+def check_graph(g: onnx.GraphProto, outer: set[str], where: str) -> None:
+    """Reject duplicate names, dangling inputs and cycles (recursing into subgraphs)."""
+    if not g.node and where == "graph":
+        raise InvalidGraphError("the graph has no nodes")
+    produced = Counter(o for n in g.node for o in n.output if o)
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    dup = [name for name, c in produced.items() if c > 1] + sorted(defined & set(produced))
+    if dup:
+        raise InvalidGraphError(f"{where}: value {dup[0]!r} is defined more than once")
+    node_names = Counter(n.name for n in g.node if n.name)
+    dup_nodes = [n for n, c in node_names.items() if c > 1]
+    if dup_nodes:
+        log.warning("%s: node name %r is used more than once", where, dup_nodes[0])
+    visible = outer | defined | set(produced)
+    for n in g.node:
+        for i in n.input:
+            if i and i not in visible:
+                raise InvalidGraphError(f"{where}: node {n.name or n.op_type!r} reads {i!r}, which nothing defines")
+    for o in g.output:
+        if o.name not in visible:
+            raise InvalidGraphError(f"{where}: output {o.name!r} is not computed by the graph")
+    _check_acyclic(g, defined | outer, where)
+    for n in g.node:
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for sub in subs:
+                check_graph(sub, visible, f"{where}/{n.name or n.op_type}.{a.name}")
+
+
+def _check_acyclic(g: onnx.GraphProto, available: set[str], where: str) -> None:
+    """Kahn's algorithm over this graph's nodes (implicit subgraph inputs count as inputs)."""
+    producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    deps: list[set[int]] = []
+    for n in g.node:
+        names = set(n.input) | _implicit_inputs(n)
+        deps.append({producer[x] for x in names if x in producer})
+    users: dict[int, list[int]] = {}
+    for i, d in enumerate(deps):
+        for j in d:
+            users.setdefault(j, []).append(i)
+    pending = [len(d) for d in deps]
+    ready = [i for i, c in enumerate(pending) if c == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for u in users.get(i, ()):
+            pending[u] -= 1
+            if pending[u] == 0:
+                ready.append(u)
+    if done != len(g.node):
+        stuck = next(g.node[i] for i, c in enumerate(pending) if c > 0)
+        raise InvalidGraphError(f"{where}: the graph has a cycle through node {stuck.name or stuck.op_type!r}")
+
+
+def _implicit_inputs(n: onnx.NodeProto) -> set[str]:
+    out: set[str] = set()
+    for a in n.attribute:
+        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            for m in sub.node:
+                out.update(m.input)
+                out |= _implicit_inputs(m)
+    return out
+
+
+def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None = None) -> None:
+    """Write ``proto`` to ``path`` atomically; external data goes to ``<name>.data`` beside it.
+
+    ``source_dir`` is where the proto's external references currently resolve.  The output's
+    data file is always rewritten (streamed), so the output never shares a file with the input
+    and writing over the input itself is safe.
+    """
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{out}: directory {parent} is not writable")
+    if out.is_dir():
+        raise OutputError(f"{out}: is a directory")
+    ext = external_tensors(proto)
+    too_big = not ext and proto.ByteSize() > PROTOBUF_LIMIT - (1 << 20)
+    renames: list[tuple[str, Path]] = []  # (temporary file, final name), data files first
+    try:
+        if ext or too_big:
+            data = out.parent / (out.name + ".data")
+            fd, tmp = tempfile.mkstemp(prefix=f".{data.name}.", suffix=".tmp", dir=parent)
+            renames.append((tmp, data))
+            with os.fdopen(fd, "wb") as f:
+                proto = _stream_external_data(proto, f, data.name, source_dir)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
+        renames.append((tmp, out))
+        with os.fdopen(fd, "wb") as f:
+            f.write(proto.SerializeToString())
+            f.flush()
+            os.fsync(f.fileno())
+        # Data file first, model last: a reader never sees a model whose data is missing.
+        while renames:
+            tmp, final = renames[0]
+            os.replace(tmp, final)
+            renames.pop(0)
+    except OSError as e:
+        raise OutputError(f"{out}: cannot write: {e.strerror}") from e
+    finally:
+        for tmp, _ in renames:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _stream_external_data(proto: onnx.ModelProto, f, data_name: str, source_dir: str | None) -> onnx.ModelProto:
+    """A copy of ``proto`` whose external tensors point into ``f`` (the file ``data_name``)."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    # Large embedded tensors move out too when the model would not fit one protobuf.
+    move_embedded = model.ByteSize() > PROTOBUF_LIMIT - (1 << 20)
+    offset = 0
+    for t in _get_all_tensors(model):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            if source_dir is None:
+                raise OutputError(f"tensor {t.name!r} has external data but its source directory is unknown")
+            info = {e.key: e.value for e in t.external_data}
+            src = os.path.join(source_dir, info["location"])
+            length = int(info["length"]) if "length" in info else os.path.getsize(src) - int(info.get("offset", 0))
+            offset = _pad(f, offset)
+            _copy_range(src, int(info.get("offset", 0)), length, f, t.name)
+        elif move_embedded and t.HasField("raw_data") and len(t.raw_data) >= 1024:
+            offset = _pad(f, offset)
+            length = len(t.raw_data)
+            f.write(t.raw_data)
+            t.ClearField("raw_data")
+            t.data_location = onnx.TensorProto.EXTERNAL
+        else:
+            continue
+        del t.external_data[:]
+        for k, v in (("location", data_name), ("offset", str(offset)), ("length", str(length))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        offset += length
+    f.flush()
+    os.fsync(f.fileno())
+    return model
+
+
+def _pad(f, offset: int) -> int:
+    """Page-align the next tensor, as onnx does, so readers can mmap it."""
+    pad = (-offset) % 4096
+    f.write(b"\0" * pad)
+    return offset + pad
+
+
+def _copy_range(src: str, start: int, length: int, f, name: str) -> None:
+    with open(src, "rb") as s:
+        s.seek(start)
+        remaining = length
+        while remaining > 0:
+            chunk = s.read(min(_CHUNK, remaining))
+            if not chunk:
+                raise OutputError(f"external data of {name!r} ends early in {src}")
+            f.write(chunk)
+            remaining -= len(chunk)

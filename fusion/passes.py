@@ -1,0 +1,250 @@
+"""The fusion driver: requires -> call -> ensures, with an honest ``modified`` flag.
+
+Every scope (main graph, control-flow bodies, model-local functions) is scanned from its
+outputs back, so the first rule to match at a node sees the longest chain ending there.  A
+node fused once is never matched again.  Rules that do not fuse leave a near-miss with the
+reason, when they got far enough for it to be interesting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from . import specs
+from .errors import FusionError
+from .graph import ModelGraph, Scope
+from .model_io import check_supported
+from .pattern import Failure, Match, Matcher
+from .rewrite import Editor, Emitter, Reject
+from .rules import TARGETS, Context, Rule
+
+log = logging.getLogger(__name__)
+
+# Structural matches tried per root before giving up (alternatives multiply).
+MAX_MATCHES_PER_ROOT = 64
+
+
+@dataclass
+class Fusion:
+    rule: str
+    target: str
+    scope: str
+    root: str
+    removed: list[str]
+    nodes: list[dict]  # emitted nodes: op_type, name, domain, inputs, outputs, attributes
+
+
+@dataclass
+class NearMiss:
+    rule: str
+    scope: str
+    node: str
+    reason: str
+    progress: int = 0
+    nodes: tuple = ()  # ids of the nodes the failed match had bound (for de-duplication)
+
+
+@dataclass
+class PassResult:
+    model: onnx.ModelProto
+    modified: bool
+    fusions: list[Fusion] = field(default_factory=list)
+    near_misses: list[NearMiss] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for f in self.fusions:
+            out[f.rule] = out.get(f.rule, 0) + 1
+        return out
+
+
+class InternalError(FusionError):
+    """The fused model failed validation although the input passed it: a bug here."""
+
+    exit_code = 3
+
+
+def run(
+    model: onnx.ModelProto,
+    rules: Sequence[Rule],
+    target: str = "plugin",
+    *,
+    base_dir: str | None = None,
+    functions: bool = True,
+    validate: bool = True,
+    dry_run: bool = False,
+    options: dict | None = None,
+) -> PassResult:
+    """Apply ``rules`` to ``model`` (not modified); see the module doc."""
+    t0 = time.perf_counter()
+    # requires
+    if target not in TARGETS:
+        raise FusionError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
+    check_supported(model)
+    ours = {(s.domain, s.op_type) for s in specs.SPECS}
+    graph = ModelGraph.from_proto(model, base_dir, skip_functions=ours)
+
+    # call
+    editor = Editor(graph)
+    claimed: set[int] = set()
+    fusions: list[Fusion] = []
+    misses: list[NearMiss] = []
+    by_op: dict[str, list[Rule]] = {}
+    for r in rules:
+        for op in r.root_ops:
+            by_op.setdefault(op, []).append(r)
+    for scope in graph.scopes:
+        ctx = Context(graph, scope, target, dict(options or {}))
+        for node in reversed(scope.ir.nodes):
+            if id(node) in claimed:
+                continue
+            for rule in by_op.get(node.op, ()):
+                outcome = _try(rule, node, ctx, editor, claimed)
+                if isinstance(outcome, Fusion):
+                    fusions.append(outcome)
+                    break
+                if outcome is not None:
+                    misses.append(outcome)
+    misses = _dedupe(misses, claimed)
+
+    if dry_run or not editor.modified:
+        return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0)
+    out, warnings = editor.apply(with_functions=functions)
+
+    # ensures
+    if validate:
+        _validate(out, model)
+    return PassResult(out, True, fusions, misses, warnings, time.perf_counter() - t0)
+
+
+def _try(rule: Rule, root: gs.Node, ctx: Context, editor: Editor, claimed: set[int]) -> Fusion | NearMiss | None:
+    matcher = Matcher(ctx.graph, claimed)
+    best: Failure | None = None
+    best_nodes: tuple = ()
+    for i, m in enumerate(matcher.match(rule.pattern, root)):
+        if i >= MAX_MATCHES_PER_ROOT:
+            break
+        em = Emitter(ctx.graph, ctx.scope, _prefix(m))
+        try:
+            _check_contained(m, ctx.scope)
+            desc = rule.check(m, ctx)
+            rule.rewrite(desc, em, ctx)
+        except Reject as r:
+            # A structural match that fails a check is further along than any structural failure.
+            failure = Failure(1000 + len(m.all_nodes), str(r))
+            if best is None or failure.progress > best.progress:
+                best, best_nodes = failure, tuple(id(n) for n in m.all_nodes)
+            continue
+        editor.commit(ctx.scope, m.all_nodes, root, em)
+        claimed.update(id(n) for n in m.all_nodes)
+        return Fusion(
+            rule=rule.name,
+            target=ctx.target,
+            scope=ctx.scope.path,
+            root=root.name,
+            removed=[n.name for n in m.all_nodes],
+            nodes=[_describe(n) for n in em.nodes],
+        )
+    if best is None:
+        best = matcher.best
+        best_nodes = matcher.best_nodes
+    if best is None or best.progress < rule.min_progress:
+        return None
+    return NearMiss(rule.name, ctx.scope.path, root.name or root.op, best.reason, best.progress, best_nodes)
+
+
+def _check_contained(m: Match, scope: Scope) -> None:
+    """The safety rule: intermediates are read only inside the match and are not outputs."""
+    inside = {id(n) for n in m.all_nodes}
+    for n in m.all_nodes:
+        if n is m.root:
+            continue
+        for t in n.outputs:
+            if t.name in scope.output_names:
+                raise Reject(f"intermediate {t.name!r} is a graph output")
+            for c in t.outputs:
+                if id(c) not in inside:
+                    raise Reject(f"intermediate {t.name!r} is also read by {c.op} {c.name!r} outside the pattern")
+
+
+def _dedupe(misses: list[NearMiss], claimed: set[int]) -> list[NearMiss]:
+    """One near-miss per chain: drop those inside a fusion or inside a further-along miss."""
+    kept: list[NearMiss] = []
+    for m in sorted(misses, key=lambda m: -m.progress):
+        if any(i in claimed for i in m.nodes):
+            continue
+        if any(set(m.nodes) <= set(k.nodes) for k in kept):
+            continue
+        kept.append(m)
+    order = {id(m): i for i, m in enumerate(misses)}
+    return sorted(kept, key=lambda m: order[id(m)])
+
+
+def _prefix(m: Match) -> str:
+    """A name prefix for emitted nodes: the matched nodes' common scope, as exporters name them."""
+    names = [n.name for n in m.all_nodes if n.name]
+    common = os.path.commonprefix(names) if names else ""
+    cut = common.rfind("/")
+    if cut > 0:
+        return common[: cut + 1]
+    return (m.root.name or m.root.op) + "/"
+
+
+def _describe(n: onnx.NodeProto) -> dict:
+    attrs = {}
+    for a in n.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, onnx.TensorProto):
+            v = f"tensor{list(v.dims)}"
+        elif isinstance(v, list):
+            v = [x.decode() if isinstance(x, bytes) else x for x in v]
+        attrs[a.name] = v
+    return {
+        "op_type": n.op_type,
+        "name": n.name,
+        "domain": n.domain,
+        "inputs": list(n.input),
+        "outputs": list(n.output),
+        "attributes": attrs,
+    }
+
+
+def _validate(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes."""
+    try:
+        onnx.checker.check_model(out, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        try:
+            onnx.checker.check_model(original, full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+            log.warning("the input model already fails onnx.checker; the fused model does too: %s", _first(e))
+            return
+        raise InternalError(f"the fused model fails onnx.checker although the input passes: {_first(e)}") from e
+
+
+def _first(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def rules_for(passes: Iterable[str]) -> list[Rule]:
+    """The registered rules of the named passes, in priority order."""
+    from .patterns import RULES
+
+    wanted = list(passes)
+    unknown = set(wanted) - {r.pass_name for r in RULES}
+    if unknown:
+        known = sorted({r.pass_name for r in RULES})
+        raise FusionError(f"unknown pass {sorted(unknown)[0]!r} (choose from {', '.join(known)})")
+    return [r for r in RULES if r.pass_name in wanted]

@@ -1,0 +1,228 @@
+"""Applying fusions to the ModelProto.
+
+A rule's rewrite writes new nodes through an :class:`Emitter` (one per fusion, so a rewrite
+that gives up leaves nothing behind).  The :class:`Editor` collects every accepted fusion and
+applies them all at once to a copy of the model: each fused subgraph's nodes are dropped and
+the new nodes take the root's place in the node list, so the order stays topological.
+Constants that only the removed nodes used are dropped too; the plugin ops' function bodies
+and opset imports are added last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import helper, numpy_helper
+
+from . import functions, specs
+from .graph import ModelGraph, Scope, default_opset, walk_graph_protos
+
+log = logging.getLogger(__name__)
+
+
+class Reject(Exception):
+    """A rule's check or rewrite declines a match; the message is the near-miss reason."""
+
+
+@dataclass
+class Emitter:
+    """Collects the nodes and constants one fusion adds."""
+
+    graph: ModelGraph
+    scope: Scope
+    prefix: str
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+    initializers: list[onnx.TensorProto] = field(default_factory=list)
+    plugin_uses: list[tuple[specs.PluginSpec, functions.Use]] = field(default_factory=list)
+
+    def name(self, hint: str) -> str:
+        return self.graph.fresh_name(f"{self.prefix}{hint}")
+
+    def const(self, hint: str, value: np.ndarray) -> str:
+        """A new constant: an initializer, or a Constant node inside a function body."""
+        name = self.name(hint)
+        tensor = numpy_helper.from_array(np.ascontiguousarray(value), name)
+        if self.scope.is_function:
+            self.nodes.append(helper.make_node("Constant", [], [name], name=self.name("Constant"), value=tensor))
+        else:
+            self.initializers.append(tensor)
+        return name
+
+    def node(self, op_type: str, inputs: list[str], outputs: list[str] | None = None, domain: str = "", **attrs) -> list[str]:
+        """Add a node; outputs default to one fresh name.  Returns the output names."""
+        outs = outputs if outputs is not None else [self.name(op_type + "_out")]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.name(op_type), domain=domain or None, **attrs))
+        return outs
+
+    def plugin(self, spec: specs.PluginSpec, inputs: list[str], output: str, elem_type: int, **fields: Any) -> str:
+        """Add a custom node exactly as ``spec`` describes it."""
+        spec.check_arity(len(inputs), 1)
+        attrs = spec.attributes(fields)
+        self.node(spec.op_type, inputs, [output], domain=spec.domain, **attrs)
+        use = functions.Use(tuple(sorted((k, v) for k, v in attrs.items() if not isinstance(v, np.ndarray))), elem_type)
+        self.plugin_uses.append((spec, use))
+        return output
+
+
+@dataclass
+class _Edit:
+    removed: set[int] = field(default_factory=set)  # indices into the container's node list
+    inserts: dict[int, list[onnx.NodeProto]] = field(default_factory=lambda: defaultdict(list))
+    initializers: list[onnx.TensorProto] = field(default_factory=list)
+    dropped_values: set[str] = field(default_factory=set)  # intermediates that no longer exist
+    released: set[str] = field(default_factory=set)  # inputs of removed nodes: maybe unused now
+    custom_domain: bool = False
+
+
+class Editor:
+    """Accumulates fusions against a ModelGraph and applies them to a copy of its proto."""
+
+    def __init__(self, graph: ModelGraph):
+        self.graph = graph
+        self.edits: dict[int, _Edit] = {}
+        self.plugin_uses: dict[str, tuple[specs.PluginSpec, list[functions.Use], set[int]]] = {}
+
+    def commit(self, scope: Scope, removed: list[gs.Node], root: gs.Node, em: Emitter) -> None:
+        edit = self.edits.setdefault(id(scope), _Edit())
+        kept_outputs = set()
+        for n in em.nodes:
+            kept_outputs.update(n.output)
+        for node in removed:
+            nproto = self.graph.node_proto(node)
+            edit.removed.add(self.graph.node_index(node))
+            edit.released.update(i for i in nproto.input if i)
+            edit.dropped_values.update(o for o in nproto.output if o and o not in kept_outputs)
+        edit.inserts[self.graph.node_index(root)].extend(em.nodes)
+        edit.initializers.extend(em.initializers)
+        for spec, use in em.plugin_uses:
+            edit.custom_domain = True
+            entry = self.plugin_uses.setdefault(spec.op_type, (spec, [], set()))
+            entry[1].append(use)
+            entry[2].add(scope.opset)
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.edits)
+
+    def apply(self, with_functions: bool = True) -> tuple[onnx.ModelProto, list[str]]:
+        """A new ModelProto with every committed fusion applied, and any warnings."""
+        warnings: list[str] = []
+        out = onnx.ModelProto()
+        out.CopyFrom(self.graph.proto)
+        containers = _containers(out)
+        for scope in self.graph.scopes:
+            edit = self.edits.get(id(scope))
+            if edit is None:
+                continue
+            container = containers[scope.locator]
+            _apply_edit(container, edit)
+        _drop_unused_constants(out, self.edits.values(), containers, self.graph)
+        if any(e.custom_domain for e in self.edits.values()):
+            _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
+            for scope in self.graph.scopes:
+                edit = self.edits.get(id(scope))
+                if scope.is_function and edit is not None and edit.custom_domain:
+                    _import_domain(containers[scope.locator].opset_import, specs.PLUGIN_DOMAIN)
+        if with_functions:
+            warnings += self._add_functions(out)
+        return out, warnings
+
+    def _add_functions(self, model: onnx.ModelProto) -> list[str]:
+        warnings = []
+        present = {(f.domain, f.name) for f in model.functions}
+        opset = default_opset(model.opset_import)
+        for op_type in sorted(self.plugin_uses):
+            spec, uses, _ = self.plugin_uses[op_type]
+            if (spec.domain, spec.op_type) in present:
+                continue
+            fn = functions.build(spec, opset, uses)
+            if isinstance(fn, str):
+                warnings.append(f"{op_type}: no ONNX function attached ({fn}); onnxruntime cannot run the fused model")
+                continue
+            model.functions.append(fn)
+            # Model-local functions need IR version 8.
+            model.ir_version = max(model.ir_version, 8)
+        return warnings
+
+
+def _apply_edit(container, edit: _Edit) -> None:
+    old = list(container.node)
+    new: list[onnx.NodeProto] = []
+    for i, n in enumerate(old):
+        new.extend(edit.inserts.get(i, ()))
+        if i not in edit.removed:
+            new.append(n)
+    del container.node[:]
+    container.node.extend(new)
+    if isinstance(container, onnx.GraphProto):
+        container.initializer.extend(edit.initializers)
+        if edit.dropped_values:
+            keep = [v for v in container.value_info if v.name not in edit.dropped_values]
+            del container.value_info[:]
+            container.value_info.extend(keep)
+
+
+def _drop_unused_constants(model: onnx.ModelProto, edits, containers, graph: ModelGraph) -> None:
+    """Remove initializers and Constant nodes that only the fused-away nodes read."""
+    released = set().union(*(e.released for e in edits)) if edits else set()
+    if not released:
+        return
+    used: set[str] = set()
+    for g in walk_graph_protos(model):
+        used.update(o.name for o in g.output)
+        for n in g.node:
+            used.update(n.input)
+    for f in model.functions:
+        used.update(f.output)
+        for n in f.node:
+            used.update(n.input)
+    dead = released - used
+    if not dead:
+        return
+    for container in containers.values():
+        if isinstance(container, onnx.GraphProto):
+            inputs = {i.name for i in container.input}
+            keep = [t for t in container.initializer if t.name not in dead or t.name in inputs]
+            if len(keep) != len(container.initializer):
+                del container.initializer[:]
+                container.initializer.extend(keep)
+        nodes = [n for n in container.node if not (n.op_type == "Constant" and n.output and n.output[0] in dead)]
+        if len(nodes) != len(container.node):
+            del container.node[:]
+            container.node.extend(nodes)
+
+
+def _import_domain(opset_import, domain: str) -> None:
+    if not any(o.domain == domain for o in opset_import):
+        opset_import.append(helper.make_opsetid(domain, 1))
+
+
+def _containers(model: onnx.ModelProto) -> dict[tuple, Any]:
+    """Every node container of ``model`` keyed by its locator (Scope.locator)."""
+    out: dict[tuple, Any] = {}
+
+    def visit(container, key: tuple) -> None:
+        out[key] = container
+        for i, n in enumerate(container.node):
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    visit(a.g, key + (i, a.name, 0))
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for j, g in enumerate(a.graphs):
+                        visit(g, key + (i, a.name, j))
+
+    visit(model.graph, ("graph",))
+    for k, f in enumerate(model.functions):
+        visit(f, ("function", k))
+    return out
+
+
+def model_dir(path: str | os.PathLike | None) -> str | None:
+    return None if path is None else os.path.dirname(os.path.abspath(os.fspath(path)))

@@ -1,0 +1,12 @@
+"""The fusion rules, in priority order (a rule earlier in the list wins at a shared root).
+
+Shipped inside the package as ``fusion.patterns``.
+"""
+
+from __future__ import annotations
+
+from fusion.rules import Rule
+
+from . import layernorm, rmsnorm
+
+RULES: list[Rule] = [layernorm.RULE, rmsnorm.RULE]

@@ -1,0 +1,228 @@
+"""What LayerNorm and RMSNorm share: pattern pieces, the check, and the per-target rewrite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import helper
+
+from fusion import specs
+from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH
+from fusion.pattern import Const, Match, Op, Opt, Pattern
+from fusion.rewrite import Emitter, Reject
+from fusion.rules import Context
+
+_TYPE_NAME = {t: onnx.TensorProto.DataType.Name(t) for t in FLOAT_TYPES}
+
+
+def _float_cast(node: gs.Node) -> str | None:
+    to = node.attrs.get("to")
+    return None if to in FLOAT_TYPES else f"casts to {onnx.TensorProto.DataType.Name(to)}, not a float type"
+
+
+def cast(p: Pattern) -> Pattern:
+    """``p``, optionally behind a float-to-float Cast (fp16 graphs upcast inside the chain)."""
+    return Op("Cast", p, where=_float_cast) | p
+
+
+def reduce_mean(x: Pattern, name: str) -> Op:
+    """ReduceMean with axes as an attribute (opset < 18) or as a constant input (opset >= 18)."""
+    return Op("ReduceMean", x, Opt(Const()), name=name)
+
+
+@dataclass
+class NormDesc:
+    """What a matched norm computes; targets turn it into nodes."""
+
+    kind: str  # "layer" | "rms"
+    x: gs.Tensor
+    y: gs.Tensor
+    axes: tuple[int, ...]  # normalized axes, negative (counted from the end)
+    rank: int | None
+    epsilon: float
+    gamma: gs.Tensor | None
+    beta: gs.Tensor | None
+
+    @property
+    def trailing(self) -> bool:
+        return self.axes == tuple(range(-len(self.axes), 0))
+
+
+def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> NormDesc:
+    """Check a structural match of a norm and describe it; raise Reject with the reason."""
+    g = ctx.graph
+    x = m["x"]
+    shape = g.shape(x)
+    rank = None if shape is None else len(shape)
+    axes = None
+    for name in reductions:
+        node_axes = _normalized_axes(g, m[name], rank)
+        if axes is not None and node_axes != axes:
+            raise Reject(f"{reductions[0]} reduces axes {list(axes)} but {name} reduces {list(node_axes)}")
+        axes = node_axes
+    assert axes is not None
+    eps = g.scalar(m["eps"])
+    if eps is None:
+        raise Reject(f"epsilon {m['eps'].name!r} is not a one-element constant")
+    desc = NormDesc(kind, x, m.root.outputs[0], axes, rank, eps, m.get("gamma"), m.get("beta"))
+    for param in ("gamma", "beta"):
+        t = getattr(desc, param)
+        if t is not None:
+            _check_affine(g.constant_shape(t), shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}")
+    return desc
+
+
+def _normalized_axes(g, node: gs.Node, rank: int | None) -> tuple[int, ...]:
+    if int(node.attrs.get("keepdims", 1)) != 1:
+        raise Reject(f"ReduceMean {node.name!r} has keepdims=0, so its result does not broadcast back")
+    axes = node.attrs.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1].name:
+        value = g.constant_value(node.inputs[1])
+        if value is None:
+            raise Reject(f"ReduceMean {node.name!r} takes its axes from a non-constant tensor")
+        axes = [int(a) for a in np.asarray(value).reshape(-1)]
+    if axes is None or len(axes) == 0:
+        if int(node.attrs.get("noop_with_empty_axes", 0)):
+            raise Reject(f"ReduceMean {node.name!r} has no axes and noop_with_empty_axes=1")
+        if rank is None:
+            raise Reject(f"ReduceMean {node.name!r} reduces every axis and the input rank is unknown")
+        axes = list(range(rank))
+    if any(a >= 0 for a in axes):
+        if rank is None:
+            raise Reject(f"ReduceMean {node.name!r} has axes {list(axes)} and the input rank is unknown")
+        axes = [a - rank if a >= 0 else a for a in axes]
+    return tuple(sorted(set(axes)))
+
+
+def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str) -> None:
+    """γ/β must vary only along the normalized axes and broadcast against them."""
+    if pshape is None:
+        raise Reject(f"{what} has an unknown shape")
+    if xshape is not None and len(pshape) > len(xshape):
+        raise Reject(f"{what} has rank {len(pshape)}, more than the input's {len(xshape)}: the output would grow")
+    for j in range(1, len(pshape) + 1):
+        d = pshape[-j]
+        if -j not in axes:
+            if d != 1:
+                raise Reject(f"{what} shape {list(pshape)} varies along axis {-j}, which is not normalized")
+        elif xshape is not None and isinstance(xshape[-j], int) and d not in (1, xshape[-j]):
+            raise Reject(f"{what} shape {list(pshape)} does not broadcast to the input shape {list(xshape)}")
+
+
+# -- rewrite ----------------------------------------------------------------------------
+
+
+def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
+    """Emit ``desc`` for ``ctx.target``; the last node written produces ``desc.y``."""
+    g = ctx.graph
+    t_in, t_out = g.elem_type(desc.x), g.elem_type(desc.y)
+    if t_in is None and t_out is None:
+        raise Reject(f"the element type of {desc.x.name!r} is unknown")
+    t_in, t_out = t_in or t_out, t_out or t_in
+    for t in (t_in, t_out):
+        if t not in FLOAT_TYPES:
+            raise Reject(f"element type {onnx.TensorProto.DataType.Name(t)} is not a float type")
+    # Compute in the wider of the two types: an upcast before is exact, a downcast after is
+    # what the original did last anyway.
+    t = t_out if FLOAT_WIDTH[t_in] < FLOAT_WIDTH[t_out] else t_in
+    target = ctx.target
+    if target == "trt":
+        if desc.kind != "layer":
+            raise Reject("target trt: TensorRT ships no RMSNorm plugin")
+        if t not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            raise Reject(f"target trt: the LayerNorm plugin takes fp32/fp16, not {_TYPE_NAME[t]}")
+    if target == "onnx":
+        need = 17 if desc.kind == "layer" else 23
+        op = "LayerNormalization" if desc.kind == "layer" else "RMSNormalization"
+        if ctx.opset < need:
+            raise Reject(f"target onnx: {op} needs opset {need}, the model has {ctx.opset}")
+
+    k = len(desc.axes)
+    xshape = g.shape(desc.x)
+    norm_shape = _normalized_shape(g, desc, xshape)
+    perm = None
+    if not desc.trailing:
+        if desc.rank is None:
+            raise Reject(f"normalized axes {list(desc.axes)} are not the trailing ones and the rank is unknown")
+        axes = [a + desc.rank for a in desc.axes]
+        perm = [i for i in range(desc.rank) if i not in axes] + axes
+
+    x = desc.x.name
+    if t != t_in:
+        x = em.node("Cast", [x], to=t)[0]
+    if perm is not None:
+        x = em.node("Transpose", [x], perm=perm)[0]
+
+    flat = target == "trt" and not (desc.rank == 3 and k == 1)
+    param_shape = norm_shape
+    if flat:
+        if norm_shape is None or not all(isinstance(d, int) for d in norm_shape):
+            raise Reject("target trt: reshaping to rank 3 needs a static normalized size")
+        param_shape = [int(np.prod(norm_shape))]
+    gamma = _affine(em, g, desc.gamma, desc, norm_shape, param_shape, t, 1.0, "gamma")
+    beta = None
+    if desc.kind == "layer" and not (target == "onnx" and desc.beta is None):
+        beta = _affine(em, g, desc.beta, desc, norm_shape, param_shape, t, 0.0, "beta")
+
+    if target == "plugin":
+        spec = specs.FUSED_LAYER_NORM if desc.kind == "layer" else specs.FUSED_RMS_NORM
+        inputs = [x, gamma] + ([beta] if beta else [])
+        y = em.plugin(spec, inputs, em.name(spec.op_type + "_out"), t, epsilon=desc.epsilon, axis=-k)
+    elif target == "trt":
+        before = x
+        if flat:
+            x = em.node("Reshape", [x, em.const("shape3d", np.array([-1, 1, param_shape[0]], np.int64))])[0]
+        y = em.plugin(specs.TRT_LAYER_NORM, [x, gamma, beta], em.name("LayerNorm_out"), t, epsilon=desc.epsilon)
+        if flat:
+            y = em.node("Reshape", [y, em.node("Shape", [before])[0]])[0]
+    else:
+        op = "LayerNormalization" if desc.kind == "layer" else "RMSNormalization"
+        inputs = [x, gamma] + ([beta] if beta else [])
+        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=1)[0]
+
+    if perm is not None:
+        y = em.node("Transpose", [y], perm=[int(i) for i in np.argsort(perm)])[0]
+    if t != t_out:
+        y = em.node("Cast", [y], to=t_out)[0]
+    em.nodes[-1].output[0] = desc.y.name
+
+
+def _normalized_shape(g, desc: NormDesc, xshape) -> list | None:
+    """Sizes of the normalized dims, static where known (from the input, else from γ/β)."""
+    dims: list = [None] * len(desc.axes)
+    if xshape is not None:
+        dims = [xshape[a] if isinstance(xshape[a], int) else None for a in desc.axes]
+    for t in (desc.gamma, desc.beta):
+        if t is None:
+            continue
+        ps = g.constant_shape(t)
+        for i, a in enumerate(desc.axes):
+            if -a <= len(ps) and ps[a] != 1 and dims[i] is None:
+                dims[i] = int(ps[a])
+    return None if any(d is None for d in dims) else dims
+
+
+def _affine(em: Emitter, g, param, desc: NormDesc, norm_shape, out_shape, t: int, fill: float, hint: str) -> str:
+    """γ or β as a constant of exactly ``out_shape`` and type ``t`` (made when absent)."""
+    np_type = helper.tensor_dtype_to_np_dtype(t)
+    if param is None:
+        if out_shape is None:
+            raise Reject(f"{hint} is absent and the normalized size is not static")
+        return em.const(hint, np.full(out_shape, fill, dtype=np_type))
+    if list(g.constant_shape(param)) == out_shape and g.elem_type(param) == t:
+        return param.name  # already right: no copy, no read of the weights
+    if norm_shape is None:
+        raise Reject(f"{hint} {param.name!r} must be reshaped and the normalized size is not static")
+    value = g.constant_value(param)
+    if value is None:
+        raise Reject(f"{hint} {param.name!r} is too large to reshape")
+    # Right-align with the input; the dims outside the normalized axes are all 1 (checked),
+    # so keeping the normalized dims in order is a plain reshape.
+    length = max(value.ndim, -min(desc.axes))
+    value = value.reshape([1] * (length - value.ndim) + list(value.shape))
+    value = value.reshape([value.shape[a] for a in desc.axes])
+    value = np.broadcast_to(value, norm_shape).reshape(out_shape)
+    return em.const(hint, value.astype(np_type))

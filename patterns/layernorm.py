@@ -1,0 +1,53 @@
+"""LayerNorm: (x - mean(x)) / sqrt(var(x) + eps) * γ + β, in the forms exporters emit.
+
+Covered: Pow(d, 2) or Mul(d, d); Div(d, std), Mul(d, Reciprocal(std)), Mul(d, Div(1, std)),
+Mul(d, Pow(var + eps, -0.5)); float Casts anywhere in the chain (fp16 models that upcast to
+fp32/fp64 inside it); ReduceMean axes as attribute or input, negative or positive, one or
+several axes, trailing or not (channels-first ConvNeXt style); γ and/or β absent.
+"""
+
+from __future__ import annotations
+
+from fusion.pattern import Const, Op, Var
+from fusion.rules import Rule
+
+from ._norm import analyze, cast, emit, reduce_mean
+
+x = Var("x")
+mean = reduce_mean(cast(x), "mean")
+centered = Op("Sub", cast(x), cast(mean), name="center")
+square = Op("Pow", cast(centered), Const(value=2.0), name="square") | Op("Mul", cast(centered), cast(centered), name="square")
+variance = reduce_mean(cast(square), "variance")
+var_eps = Op("Add", cast(variance), cast(Const("eps")), name="add_eps")
+std = Op("Sqrt", var_eps, name="sqrt")
+normalized = (
+    Op("Div", cast(centered), cast(std), name="normalize")
+    | Op("Mul", cast(centered), cast(Op("Reciprocal", std, name="inverse")), name="normalize")
+    | Op("Mul", cast(centered), cast(Op("Div", Const(value=1.0), std, name="inverse")), name="normalize")
+    | Op("Mul", cast(centered), cast(Op("Pow", var_eps, Const(value=-0.5), name="inverse")), name="normalize")
+)
+scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
+affine = (
+    Op("Add", cast(scaled), cast(Const("beta")), name="shift")
+    | scaled
+    | Op("Add", cast(normalized), cast(Const("beta")), name="shift")
+    | normalized
+)
+PATTERN = cast(affine)
+
+
+class LayerNormRule(Rule):
+    name = "layernorm"
+    pass_name = "layernorm"
+    pattern = PATTERN
+    min_progress = 5
+    doc = "ReduceMean → Sub → Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div (→ Mul γ → Add β)"
+
+    def check(self, m, ctx):
+        return analyze(m, ctx, "layer", ("mean", "variance"))
+
+    def rewrite(self, desc, em, ctx):
+        emit(desc, em, ctx)
+
+
+RULE = LayerNormRule()

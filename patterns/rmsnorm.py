@@ -1,0 +1,43 @@
+"""RMSNorm: x / sqrt(mean(x²) + eps) * γ (T5LayerNorm, LlamaRMSNorm and hand-written forms).
+
+Covered: Pow(x, 2) or Mul(x, x); Div(x, rms), Mul(x, Reciprocal(rms)) (torch.rsqrt via the
+dynamo exporter), Mul(x, Div(1, rms)) (torch.rsqrt via the TorchScript exporter),
+Mul(x, Pow(ms + eps, -0.5)); float Casts anywhere (LLaMA/T5 upcast to fp32 inside); γ absent.
+"""
+
+from __future__ import annotations
+
+from fusion.pattern import Const, Op, Var
+from fusion.rules import Rule
+
+from ._norm import analyze, cast, emit, reduce_mean
+
+x = Var("x")
+square = Op("Pow", cast(x), Const(value=2.0), name="square") | Op("Mul", cast(x), cast(x), name="square")
+mean_square = reduce_mean(cast(square), "mean_square")
+ms_eps = Op("Add", cast(mean_square), cast(Const("eps")), name="add_eps")
+rms = Op("Sqrt", ms_eps, name="sqrt")
+normalized = (
+    Op("Div", cast(x), cast(rms), name="normalize")
+    | Op("Mul", cast(x), cast(Op("Reciprocal", rms, name="inverse")), name="normalize")
+    | Op("Mul", cast(x), cast(Op("Div", Const(value=1.0), rms, name="inverse")), name="normalize")
+    | Op("Mul", cast(x), cast(Op("Pow", ms_eps, Const(value=-0.5), name="inverse")), name="normalize")
+)
+PATTERN = cast(Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | normalized)
+
+
+class RMSNormRule(Rule):
+    name = "rmsnorm"
+    pass_name = "rmsnorm"
+    pattern = PATTERN
+    min_progress = 4
+    doc = "Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div or Reciprocal/Pow(-0.5) → Mul (→ Mul γ)"
+
+    def check(self, m, ctx):
+        return analyze(m, ctx, "rms", ("mean_square",))
+
+    def rewrite(self, desc, em, ctx):
+        emit(desc, em, ctx)
+
+
+RULE = RMSNormRule()
