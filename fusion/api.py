@@ -16,7 +16,6 @@ log = logging.getLogger(__name__)
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto, gs.Graph]
 NORM_PASSES = ("layernorm", "rmsnorm")
-ALL_PASSES = ("layernorm", "rmsnorm", "gemm")
 
 
 def fuse(
@@ -29,7 +28,7 @@ def fuse(
     base_dir: str | None = None,
     passes: Sequence[str] | None = None,
 ) -> onnx.ModelProto | gs.Graph:
-    """Fuse every supported pattern of the selected passes; returns the same kind it was given.
+    """Fuse every supported pattern of the selected passes (default: all); returns the same kind it was given.
 
     ``target``: "plugin" (this project's plugins, default), "trt" (TensorRT's shipped
     plugins) or "onnx" (standard ops).  ``functions``: attach a model-local ONNX function to
@@ -38,7 +37,7 @@ def fuse(
     weights on disk.  An unmodified model is returned as is.
     """
     chosen = passes if passes is not None else passes_
-    result = run(model, chosen or ALL_PASSES, target=target, functions=functions, validate=validate, base_dir=base_dir)
+    result = run(model, chosen, target=target, functions=functions, validate=validate, base_dir=base_dir)
     return result.model
 
 
@@ -52,14 +51,14 @@ def fuse_gemm(model: ModelLike, *, target: str = "plugin", **kwargs) -> onnx.Mod
     return fuse(model, passes=("gemm",), target=target, **kwargs)
 
 
-def inspect(model: ModelLike, passes_: Sequence[str] = ALL_PASSES, *, target: str = "plugin", base_dir: str | None = None) -> PassResult:
+def inspect(model: ModelLike, passes_: Sequence[str] | None = None, *, target: str = "plugin", base_dir: str | None = None) -> PassResult:
     """Dry run: what would fuse, and for each near-miss the reason it does not."""
     return run(model, passes_, target=target, dry_run=True, base_dir=base_dir)
 
 
 def run(
     model: ModelLike,
-    pass_names: Sequence[str],
+    pass_names: Sequence[str] | None = None,
     *,
     target: str = "plugin",
     functions: bool = True,
@@ -91,7 +90,7 @@ def run(
 def fuse_file(
     src: str | os.PathLike,
     dst: str | os.PathLike,
-    pass_names: Sequence[str] = ALL_PASSES,
+    pass_names: Sequence[str] | None = None,
     *,
     target: str = "plugin",
     functions: bool = True,

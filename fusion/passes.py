@@ -238,10 +238,12 @@ def _first(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def rules_for(passes: Iterable[str]) -> list[Rule]:
-    """The registered rules of the named passes, in priority order."""
+def rules_for(passes: Iterable[str] | None) -> list[Rule]:
+    """The registered rules of the named passes (all when None), in priority order."""
     from .patterns import RULES
 
+    if passes is None:
+        return list(RULES)
     wanted = list(passes)
     unknown = set(wanted) - {r.pass_name for r in RULES}
     if unknown:

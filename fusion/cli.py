@@ -1,0 +1,285 @@
+"""Command line: one subcommand per job.
+
+    python -m fusion fuse model.onnx -o fused.onnx        # or --dry-run
+    python -m fusion verify model.onnx fused.onnx
+    python -m fusion list
+    python -m fusion plugins build | check LIB
+    python -m fusion build fused.onnx -o model.engine --shapes ...   (needs TensorRT)
+
+Errors become one line on stderr and exit code 2 (bad input) or 3 (a bug here); ``--debug``
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import FusionError
+
+log = logging.getLogger("fusion")
+
+TARGETS = ("plugin", "trt", "onnx")
+
+
+# -- argument groups (shared by subcommands) -------------------------------------------
+
+
+def _add_fusion_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("fusion")
+    g.add_argument("--passes", help="comma-separated passes (default: all; see `list`)")
+    g.add_argument("--target", choices=TARGETS, default="plugin", help="what fused nodes become (default: plugin)")
+    g.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies to custom ops")
+    g.add_argument("--no-validate", action="store_true", help="skip onnx.checker (full) on the output")
+
+
+def _add_verify_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("verification")
+    g.add_argument(
+        "--shapes",
+        nargs="+",
+        metavar="POINT",
+        help="shape points, each 'dim=value,...' or 'input:AxBxC,...' (default: every dynamic dim 1, 3, 8)",
+    )
+    g.add_argument("--atol", type=float, help="absolute tolerance for every output (default: by dtype)")
+    g.add_argument("--rtol", type=float, help="relative tolerance for every output (default: by dtype)")
+    g.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+# -- subcommands ------------------------------------------------------------------------
+
+
+def cmd_fuse(args: argparse.Namespace) -> int:
+    from . import api, report
+
+    passes = _split(args.passes) if args.passes else None
+    if args.dry_run:
+        result = api.inspect(args.model, passes, target=args.target)
+        print(report.to_json(result) if args.json else report.text(result, dry_run=True))
+        return 0
+    if not args.output:
+        raise FusionError("fuse needs -o OUTPUT (or --dry-run)")
+    result = api.fuse_file(
+        args.model,
+        args.output,
+        passes,
+        target=args.target,
+        functions=not args.no_functions,
+        validate=not args.no_validate,
+    )
+    print(report.to_json(result) if args.json else report.text(result))
+    if not result.modified:
+        log.info("nothing fused: %s is a copy of the input", args.output)
+    if args.report:
+        from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+
+        write_report(args.model, args.output, result, args.report)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify
+
+    kwargs = {}
+    if args.trt:
+        kwargs = {"plugins": args.plugins or [], "precision": args.precision}
+    rep = verify(
+        args.original,
+        args.fused,
+        shapes=_parse_shapes(args.shapes),
+        atol=args.atol,
+        rtol=args.rtol,
+        seed=args.seed,
+        backend="trt" if args.trt else "onnxruntime",
+        **kwargs,
+    )
+    print(json.dumps(rep.to_dict(), indent=2) if args.json else rep.table())
+    return 0 if rep.passed else 1
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from . import specs
+    from .patterns import RULES
+
+    data = {
+        "passes": sorted({r.pass_name for r in RULES}),
+        "rules": [{"name": r.name, "pass": r.pass_name, "pattern": r.doc} for r in RULES],
+        "targets": {
+            "plugin": "this project's plugins (plugin_src/), with ONNX function bodies",
+            "trt": "plugins shipped in TensorRT's libnvinfer_plugin",
+            "onnx": "standard ONNX ops (LayerNormalization opset 17, RMSNormalization opset 23)",
+        },
+        "specs": [s.to_dict() for s in specs.SPECS],
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print("passes and rules:")
+    for r in data["rules"]:
+        print(f"  {r['pass']:<10} {r['name']:<14} {r['pattern']}")
+    print("\ntargets:")
+    for k, v in data["targets"].items():
+        print(f"  {k:<7} {v}")
+    print("\nplugin specs:")
+    for s in specs.SPECS:
+        fields = ", ".join(f"{f.name}:{f.type.onnx_name}" for f in s.fields)
+        ins = ", ".join(p.name + ("?" if p.optional else "") for p in s.inputs)
+        ns = s.namespace or '""'
+        print(f"  {s.op_type} v{s.version} ns={ns} [{s.provider}] inputs({ins}) fields({fields})")
+    return 0
+
+
+def cmd_plugins_build(args: argparse.Namespace) -> int:
+    from . import plugin_lib
+
+    lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"])
+    print(lib)
+    return 0
+
+
+def cmd_plugins_check(args: argparse.Namespace) -> int:
+    from . import plugin_lib
+
+    problems = plugin_lib.check_library(Path(args.library))
+    if problems:
+        for p in problems:
+            print(f"mismatch: {p}")
+        return 1
+    print(f"{args.library}: every creator matches its spec")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .trt import build_engine_cli  # noqa: PLC0415 - TensorRT is optional
+
+    return build_engine_cli(args)
+
+
+# -- parser -----------------------------------------------------------------------------
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fusion", description="Fuse ONNX subgraphs into TensorRT plugin nodes.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("fuse", help="fuse a model (or --dry-run: what would fuse, and why not)")
+    p.add_argument("model", help="input .onnx")
+    p.add_argument("-o", "--output", help="output .onnx (may equal the input: written atomically)")
+    p.add_argument("--dry-run", action="store_true", help="report matches and near-misses; write nothing")
+    p.add_argument("--report", help="also write an HTML report of every fusion to this path")
+    _add_fusion_args(p)
+    _add_output_args(p)
+    p.set_defaults(func=cmd_fuse)
+
+    p = sub.add_parser("verify", help="compare a fused model with the original")
+    p.add_argument("original")
+    p.add_argument("fused")
+    p.add_argument("--trt", action="store_true", help="run the fused model on TensorRT instead of onnxruntime")
+    p.add_argument("--plugins", nargs="+", help="plugin libraries to load (with --trt)")
+    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="engine precision (with --trt)")
+    _add_verify_args(p)
+    _add_output_args(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("list", help="patterns, targets and plugin specs")
+    _add_output_args(p)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("plugins", help="build or check the plugin library")
+    psub = p.add_subparsers(dest="plugins_command", required=True, metavar="ACTION")
+    b = psub.add_parser("build", help="compile plugin_src into one shared library")
+    b.add_argument("-o", "--output", help="output directory (default: plugin_build)")
+    b.add_argument("--arch", nargs="+", help="GPU architectures (default: sm_90)")
+    b.set_defaults(func=cmd_plugins_build)
+    c = psub.add_parser("check", help="compare the library's creators with the plugin specs (no GPU needed)")
+    c.add_argument("library")
+    c.set_defaults(func=cmd_plugins_check)
+
+    p = sub.add_parser("build", help="build a TensorRT engine (needs TensorRT)")
+    _add_build_args(p)
+    p.set_defaults(func=cmd_build)
+    return parser
+
+
+def _add_build_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True, help="engine file")
+    p.add_argument(
+        "--shapes",
+        nargs="+",
+        metavar="INPUT:MIN,OPT,MAX",
+        help="profile ranges, e.g. input_ids:1x1,8x128,32x512 (repeat --profile to add profiles)",
+    )
+    p.add_argument("--plugins", nargs="+", default=[], help="plugin libraries to load before parsing")
+    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except FusionError as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug here, not bad input: still one line unless --debug
+        if args.debug:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"internal error: {type(e).__name__}: {first} (rerun with --debug for the traceback)", file=sys.stderr)
+        return 3
+
+
+def _split(s: str) -> list[str]:
+    return [p.strip() for p in s.split(",") if p.strip()]
+
+
+def _parse_shapes(points: Sequence[str] | None) -> list[dict] | None:
+    """'batch=2,seq=16' or 'input_ids:2x16,mask:2x16' -> [{...}]"""
+    if not points:
+        return None
+    out = []
+    for point in points:
+        d: dict = {}
+        for item in _split(point):
+            if "=" in item:
+                k, v = item.split("=", 1)
+                d[k.strip()] = _int(v, point)
+            elif ":" in item:
+                k, v = item.rsplit(":", 1)
+                d[k.strip()] = [_int(x, point) for x in v.lower().split("x")]
+            else:
+                raise FusionError(f"bad shape point {point!r}: use dim=value or input:AxBxC")
+        out.append(d)
+    return out
+
+
+def _int(v: str, point: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        raise FusionError(f"bad shape point {point!r}: {v!r} is not an integer") from None
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,622 @@
+"""Build, describe and check the TensorRT plugin library compiled from plugin_src/.
+
+``build_library`` compiles every ``.cu``/``.cpp`` under plugin_src/ (tools/ aside) into one
+``libfusion_plugins.so`` with nvcc, the TensorRT 10 headers and the cuBLASLt header.  The
+library links cudart statically and opens libcublasLt itself when an FC plugin is first
+configured, so it loads on machines without a GPU or cuBLAS.  The creators' names, versions,
+namespaces and fields come from ``fusion.specs`` through a generated header
+(``plugin_src/generated/plugin_specs.h``, rewritten into the build folder at each build).
+
+``check_library`` runs the small ``fusion_describe`` program (plugin_src/tools/describe.cpp):
+it dlopens the library as TensorRT's ``IPluginRegistry::loadLibrary`` does, calls
+``getCreators``, creates each plugin from fields, serializes, recreates and clones it, and
+prints what it saw as JSON; the check compares that with the specs.  No GPU is needed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from fusion.errors import PluginBuildError
+from fusion.specs import FieldType, PluginSpec, fusion_specs
+
+LOG = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LIB_NAME = "libfusion_plugins.so"
+DESCRIBE_NAME = "fusion_describe"
+HARNESS_NAME = "fusion_harness"
+STAMP_NAME = "build.json"
+SPEC_HEADER_REL = Path("generated") / "plugin_specs.h"
+# Where the creators must say they come from (IVersionedInterface::getInterfaceInfo).
+CREATOR_INTERFACE = ("PLUGIN CREATOR_V3ONE", 1, 0)
+PLUGIN_INTERFACE = ("PLUGIN", 1, 0)
+# Exported from the library; everything else (static cudart included) stays local.
+EXPORTS = ("getCreators", "setLoggerFinder", "fusion_norm_plan")
+CUBLAS_PIP = "nvidia-cublas"  # ships nvidia/cu13/include/cublasLt.h
+TRT_HEADERS_PIP = "kernel-lens"  # ships include/tensorrt/NvInfer*.h (TensorRT 10.x, Apache-2.0)
+_FLAGS = ("-std=c++17", "-O3", "-Xcompiler=-fPIC,-fvisibility=hidden,-Wall,-Wno-unused-function")
+
+
+def plugin_src_dir() -> Path:
+    """The plugin_src/ folder: $FUSION_PLUGIN_SRC, else the one beside this package."""
+    env = os.environ.get("FUSION_PLUGIN_SRC")
+    path = Path(env) if env else REPO_ROOT / "plugin_src"
+    if not (path / "common").is_dir():
+        raise PluginBuildError(f"plugin sources not found at {path} (set FUSION_PLUGIN_SRC)")
+    return path
+
+
+# --------------------------------------------------------------------------- spec header
+
+
+def _cxx_namespace(op_type: str) -> str:
+    """FusedLayerNorm -> fused_layer_norm, FusedRMSNorm -> fused_rms_norm."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", op_type).lower()
+
+
+def _cxx_string(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.\- ]*", value):
+        raise ValueError(f"spec string {value!r} is not plain ASCII")
+    return f'"{value}"'
+
+
+def field_length(ftype: FieldType) -> int:
+    """The PluginField length a creator advertises: 1 for scalars, 0 for variable length."""
+    return 1 if ftype in (FieldType.INT, FieldType.FLOAT) else 0
+
+
+_CXX_SCALAR = {FieldType.INT: "int32_t", FieldType.FLOAT: "float", FieldType.STRING: "char const*"}
+
+
+def _cxx_value(ftype: FieldType, value: Any) -> str:
+    if ftype is FieldType.INT:
+        return str(int(value))
+    if ftype is FieldType.FLOAT:
+        text = repr(float(value))
+        return text + ("F" if ("." in text or "e" in text) else ".F")
+    if ftype is FieldType.STRING:
+        return _cxx_string(value)
+    raise ValueError(f"no C++ literal for {ftype}")
+
+
+def render_spec_header(specs: Sequence[PluginSpec] | None = None) -> str:
+    """The C++ header the creators include: every name, version, namespace and field."""
+    specs = list(fusion_specs() if specs is None else specs)
+    out = [
+        "// Generated from fusion/specs.py by fusion/plugin_lib.py:render_spec_header. Do not edit:",
+        "// build_library writes a fresh copy into the build folder; tests/test_plugins.py checks",
+        "// that this committed copy is current (regenerate: python -m fusion.plugin_lib header).",
+        "#pragma once",
+        "",
+        "#include <cstdint>",
+        "",
+        '#include "NvInferRuntime.h"',
+        "",
+        "namespace fusion",
+        "{",
+        "namespace specs",
+        "{",
+        "",
+        "struct FieldSpec",
+        "{",
+        "    char const* name;",
+        "    nvinfer1::PluginFieldType type;",
+        "    int32_t length; // 1: scalar; 0: variable length (strings, arrays)",
+        "    bool required;",
+        "};",
+        "",
+        "struct PluginSpec",
+        "{",
+        "    char const* name;",
+        "    char const* version;",
+        "    char const* pluginNamespace;",
+        "    int32_t minInputs;",
+        "    int32_t maxInputs;",
+        "    int32_t nbOutputs;",
+        "    int32_t nbFields;",
+        "    FieldSpec const* fields;",
+        "};",
+    ]
+    for spec in specs:
+        ns = _cxx_namespace(spec.op_type)
+        out += ["", f"// {spec.doc}", f"namespace {ns}", "{", "constexpr FieldSpec kFIELDS[] = {"]
+        for f in spec.fields:
+            if f.type not in _CXX_SCALAR:
+                raise ValueError(f"{spec.op_type}.{f.name}: field type {f.type.name} has no C++ mapping yet")
+            req = "true" if f.required else "false"
+            out.append(
+                f"    {{{_cxx_string(f.name)}, nvinfer1::PluginFieldType::{f.type.trt_name}, "
+                f"{field_length(f.type)}, {req}}},"
+            )
+        n_min = sum(not p.optional for p in spec.inputs)
+        out += [
+            "};",
+            f"constexpr PluginSpec kSPEC{{{_cxx_string(spec.op_type)}, {_cxx_string(spec.version)}, "
+            f"{_cxx_string(spec.namespace)}, {n_min}, {len(spec.inputs)}, {len(spec.outputs)}, "
+            f"{len(spec.fields)}, kFIELDS}};",
+            "enum Field : int32_t",
+            "{",
+        ]
+        out += [f"    k{f.name.upper()} = {i}," for i, f in enumerate(spec.fields)]
+        out += ["};", "enum Input : int32_t", "{"]
+        out += [f"    kINPUT_{p.name.upper()} = {i}," for i, p in enumerate(spec.inputs)]
+        out.append("};")
+        for f in spec.fields:
+            ctype = _CXX_SCALAR[f.type]
+            if f.default is not None:
+                out.append(f"constexpr {ctype} k{f.name.upper()}_DEFAULT = {_cxx_value(f.type, f.default)};")
+            if f.choices:
+                vals = ", ".join(_cxx_value(f.type, c) for c in f.choices)
+                out.append(f"constexpr {ctype} k{f.name.upper()}_CHOICES[] = {{{vals}}};")
+                out.append(f"constexpr int32_t kNB_{f.name.upper()}_CHOICES = {len(f.choices)};")
+        out.append(f"}} // namespace {ns}")
+    out += ["", "} // namespace specs", "} // namespace fusion", ""]
+    return "\n".join(out)
+
+
+def write_spec_header(path: Path | None = None) -> Path:
+    """Write the generated header (default: the committed copy in plugin_src/generated/)."""
+    path = path or plugin_src_dir() / SPEC_HEADER_REL
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_spec_header())
+    return path
+
+
+# --------------------------------------------------------------------------- toolchain
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    nvcc: Path
+    cuda_include: Path
+    trt_include: Path
+    cublas_include: Path
+
+    @property
+    def includes(self) -> list[str]:
+        return [f"-I{self.trt_include}", f"-I{self.cublas_include}", f"-I{self.cuda_include}"]
+
+
+def _package_dirs(name: str) -> list[Path]:
+    """A package's folders, found without importing it (kernel_lens imports triton)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or spec.submodule_search_locations is None:
+        return []
+    return [Path(p) for p in spec.submodule_search_locations]
+
+
+def find_nvcc(nvcc: str | None = None) -> Path:
+    candidates = [nvcc, os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c).resolve()
+    if nvcc:
+        raise PluginBuildError(f"nvcc not found at {nvcc}")
+    raise PluginBuildError("nvcc not found: install the CUDA toolkit or pass nvcc= / set $NVCC")
+
+
+def find_trt_include() -> Path:
+    """A folder with TensorRT >= 10 headers: $TENSORRT_INCLUDE, the kernel-lens wheel, system."""
+    cands: list[Path] = []
+    if os.environ.get("TENSORRT_INCLUDE"):
+        cands.append(Path(os.environ["TENSORRT_INCLUDE"]))
+    cands += [d / "include" / "tensorrt" for d in _package_dirs("kernel_lens")]
+    cands += [Path("/usr/include/x86_64-linux-gnu"), Path("/usr/local/tensorrt/include"), Path("/usr/include")]
+    for d in cands:
+        version = d / "NvInferVersion.h"
+        if (d / "NvInferRuntime.h").is_file() and version.is_file():
+            m = re.search(r"#define\s+(?:NV_TENSORRT_MAJOR|TRT_MAJOR_ENTERPRISE)\s+(\d+)", version.read_text())
+            if m and int(m.group(1)) >= 10:
+                return d
+    raise PluginBuildError(
+        f"TensorRT >= 10 headers (NvInferRuntime.h) not found: pip install {TRT_HEADERS_PIP} or set $TENSORRT_INCLUDE"
+    )
+
+
+def find_cublas_include(cuda_include: Path) -> Path:
+    """cublasLt.h: $CUBLASLT_INCLUDE, the CUDA toolkit, the nvidia-cublas wheel, system."""
+    cands: list[Path] = []
+    if os.environ.get("CUBLASLT_INCLUDE"):
+        cands.append(Path(os.environ["CUBLASLT_INCLUDE"]))
+    cands.append(cuda_include)
+    for d in _package_dirs("nvidia"):
+        cands += [d / "cu13" / "include", d / "cublas" / "include"]
+    cands.append(Path("/usr/include"))
+    for d in cands:
+        if (d / "cublasLt.h").is_file():
+            return d
+    raise PluginBuildError(f"cublasLt.h not found: pip install {CUBLAS_PIP} or set $CUBLASLT_INCLUDE")
+
+
+def find_toolchain(nvcc: str | None = None) -> Toolchain:
+    nvcc_path = find_nvcc(nvcc)
+    cuda_include = nvcc_path.parent.parent / "include"
+    if not (cuda_include / "cuda_runtime_api.h").is_file():
+        raise PluginBuildError(f"CUDA headers not found next to {nvcc_path} ({cuda_include})")
+    return Toolchain(nvcc_path, cuda_include, find_trt_include(), find_cublas_include(cuda_include))
+
+
+def _arch_number(arch: str) -> str:
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d+[a-z]?)", arch.strip())
+    if not m:
+        raise PluginBuildError(f"bad CUDA arch {arch!r} (expected e.g. sm_90)")
+    return m.group(1)
+
+
+def gencode_flags(archs: Sequence[str]) -> list[str]:
+    """SASS for each arch, plus PTX of the last one so newer GPUs can JIT it."""
+    nums = [_arch_number(a) for a in archs]
+    if not nums:
+        raise PluginBuildError("no CUDA arch given")
+    flags = [f"-gencode=arch=compute_{n},code=sm_{n}" for n in nums]
+    flags.append(f"-gencode=arch=compute_{nums[-1]},code=compute_{nums[-1]}")
+    return flags
+
+
+# --------------------------------------------------------------------------- build
+
+
+def library_sources(src: Path | None = None) -> list[Path]:
+    src = src or plugin_src_dir()
+    files = [p for p in src.rglob("*") if p.suffix in (".cu", ".cpp") and "tools" not in p.relative_to(src).parts]
+    return sorted(files)
+
+
+def _tree_hash(src: Path, extra: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(src.rglob("*")):
+        if p.is_file() and p.suffix in (".cu", ".cuh", ".cpp", ".h"):
+            h.update(str(p.relative_to(src)).encode())
+            h.update(p.read_bytes())
+    for e in extra:
+        h.update(e.encode())
+    return h.hexdigest()
+
+
+def _first_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if re.search(r"\berror\b", ln, re.IGNORECASE):
+            return ln
+    return lines[0] if lines else "no output"
+
+
+def _run(cmd: Sequence[str], what: str) -> None:
+    LOG.debug("%s", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PluginBuildError(f"{what} failed: {_first_error(proc.stderr + proc.stdout)}")
+    if proc.stderr.strip():
+        LOG.debug("%s: %s", what, proc.stderr.strip())
+
+
+def build_library(
+    out_dir: Path | None = None,
+    archs: Sequence[str] = ("sm_90",),
+    nvcc: str | None = None,
+    jobs: int = 2,
+    *,
+    with_harness: bool = False,
+) -> Path:
+    """Compile plugin_src/ into ``out_dir/libfusion_plugins.so`` (+ the describe helper).
+
+    Skips the work when sources, flags, specs and TensorRT version match the last build.
+    ``with_harness`` also builds the GPU harness (plugin_src/tools/harness.cpp).
+    Raises PluginBuildError with a one-line reason.
+    """
+    out = Path(out_dir) if out_dir is not None else Path.cwd() / "plugin_build"
+    out = out.resolve()
+    src = plugin_src_dir()
+    header = render_spec_header()
+    gencode = gencode_flags(archs)
+    lib, describe, harness = out / LIB_NAME, out / DESCRIBE_NAME, out / HARNESS_NAME
+    wanted = [lib, describe] + ([harness] if with_harness else [])
+    stamp = out / STAMP_NAME
+    # The stamp ignores the toolchain's paths so a prebuilt folder stays valid when moved.
+    key = _tree_hash(src, [header, *gencode, *_FLAGS, ",".join(EXPORTS)])
+    if stamp.is_file() and all(p.is_file() for p in wanted):
+        try:
+            old = json.loads(stamp.read_text())
+        except ValueError:
+            old = {}
+        if old.get("hash") == key and (not with_harness or old.get("harness")):
+            LOG.info("plugin library up to date: %s", lib)
+            return lib
+
+    tc = find_toolchain(nvcc)
+    out.mkdir(parents=True, exist_ok=True)
+    gen_inc = out / "include"
+    (gen_inc / "generated").mkdir(parents=True, exist_ok=True)
+    (gen_inc / SPEC_HEADER_REL).write_text(header)
+    # The fresh header shadows the committed copy (-I build/include comes first).
+    includes = [f"-I{gen_inc}", f"-I{src}", *tc.includes]
+    base = [str(tc.nvcc), *_FLAGS, *includes]
+
+    obj_dir = out / "obj"
+    jobs_list = []
+    for s in library_sources(src):
+        obj = obj_dir / s.relative_to(src).with_suffix(s.suffix + ".o")
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [*base, *(gencode if s.suffix == ".cu" else []), "-c", str(s), "-o", str(obj)]
+        jobs_list.append((cmd, f"nvcc {s.relative_to(src)}", obj))
+    LOG.info("compiling %d plugin sources with %s (%s)", len(jobs_list), tc.nvcc, " ".join(archs))
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+        futures = [pool.submit(_run, cmd, what) for cmd, what, _ in jobs_list]
+        for f in futures:
+            f.result()
+
+    vscript = out / "exports.map"
+    vscript.write_text("{\n  global:\n" + "".join(f"    {e};\n" for e in EXPORTS) + "  local:\n    *;\n};\n")
+    tmp_lib = out / (LIB_NAME + ".tmp")
+    link = [
+        str(tc.nvcc), "-shared", "-cudart", "static", *gencode, "-o", str(tmp_lib),
+        *[str(o) for _, _, o in jobs_list],
+        f"-Xlinker=--version-script={vscript},--no-undefined,--exclude-libs,ALL",
+        "-ldl", "-lpthread", "-lrt",
+    ]  # fmt: skip
+    _run(link, "link " + LIB_NAME)
+    tmp_lib.replace(lib)
+
+    tool_base = [str(tc.nvcc), "-std=c++17", "-O2", *includes]
+    _run([*tool_base, "-cudart", "none", str(src / "tools" / "describe.cpp"), "-o", str(describe), "-ldl"],
+         "build " + DESCRIBE_NAME)  # fmt: skip
+    if with_harness:
+        _run([*tool_base, "-cudart", "static", str(src / "tools" / "harness.cpp"), "-o", str(harness), "-ldl",
+              "-lpthread", "-lrt"], "build " + HARNESS_NAME)  # fmt: skip
+    stamp.write_text(json.dumps({"hash": key, "archs": list(archs), "harness": with_harness}, indent=1))
+    LOG.info("built %s", lib)
+    return lib
+
+
+# --------------------------------------------------------------------------- describe / check
+
+
+def sample_fields(spec: PluginSpec) -> dict[str, Any]:
+    """Field values to create a plugin with: the defaults, else a valid value of the type."""
+    samples: dict[str, Any] = {}
+    for f in spec.fields:
+        if f.default is not None:
+            samples[f.name] = f.default
+        elif f.choices:
+            samples[f.name] = f.choices[0]
+        elif f.type is FieldType.FLOAT:
+            samples[f.name] = 1e-5
+        elif f.type is FieldType.INT:
+            samples[f.name] = 8
+        elif f.type is FieldType.STRING:
+            samples[f.name] = "x"
+    return samples
+
+
+def _describe_tool(lib: Path) -> Path:
+    """fusion_describe beside the library, else one built into a cache folder."""
+    beside = lib.parent / DESCRIBE_NAME
+    if beside.is_file():
+        return beside
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fusion" / "describe"
+    tool = cache / DESCRIBE_NAME
+    if not tool.is_file():
+        tc = find_toolchain()
+        cache.mkdir(parents=True, exist_ok=True)
+        src = plugin_src_dir()
+        with tempfile.TemporaryDirectory() as tmp:
+            inc = Path(tmp)
+            (inc / "generated").mkdir()
+            (inc / SPEC_HEADER_REL).write_text(render_spec_header())
+            _run([str(tc.nvcc), "-std=c++17", "-O2", f"-I{inc}", f"-I{src}", *tc.includes, "-cudart", "none",
+                  str(src / "tools" / "describe.cpp"), "-o", str(tool), "-ldl"], "build " + DESCRIBE_NAME)  # fmt: skip
+    return tool
+
+
+def describe_library(lib: Path, specs: Sequence[PluginSpec] | None = None) -> list[dict[str, Any]]:
+    """What each creator in ``lib`` exposes, as fusion_describe reports it (no GPU needed)."""
+    lib = Path(lib).resolve()
+    if not lib.is_file():
+        raise PluginBuildError(f"plugin library not found: {lib}")
+    specs = list(fusion_specs() if specs is None else specs)
+    args = [str(_describe_tool(lib)), str(lib)]
+    for spec in specs:
+        for name, value in sample_fields(spec).items():
+            args.append(f"{spec.op_type}.{name}={value}")
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PluginBuildError(f"cannot load {lib.name}: {_first_error(proc.stderr + proc.stdout)}")
+    try:
+        return json.loads(proc.stdout)["creators"]
+    except (ValueError, KeyError) as e:
+        raise PluginBuildError(f"{DESCRIBE_NAME} printed no creator list: {e}") from e
+
+
+def compare_with_specs(creators: Sequence[Mapping[str, Any]], specs: Sequence[PluginSpec]) -> list[str]:
+    """Every difference between the described creators and the specs (empty: they agree)."""
+    problems: list[str] = []
+    by_key: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for c in creators:
+        key = (c["name"], c["version"], c["namespace"])
+        if key in by_key:
+            problems.append(f"creator {key} appears twice")
+        by_key[key] = c
+    wanted = {s.key for s in specs}
+    for key in sorted(set(by_key) - wanted):
+        problems.append(f"creator {key[0]} version {key[1]!r} namespace {key[2]!r} is in the library but not in the specs")
+    for spec in specs:
+        c = by_key.get(spec.key)
+        op = spec.op_type
+        if c is None:
+            near = [k for k in by_key if k[0] == op]
+            hint = f" (library has {near})" if near else ""
+            problems.append(f"{op}: no creator with version {spec.version!r} namespace {spec.namespace!r}{hint}")
+            continue
+        iface = c.get("interface", {})
+        if (iface.get("kind"), iface.get("major"), iface.get("minor")) != CREATOR_INTERFACE:
+            problems.append(f"{op}: creator interface {iface} is not {CREATOR_INTERFACE}")
+        want = [(f.name, f.type.trt_name, field_length(f.type)) for f in spec.fields]
+        got = [(f["name"], f["type"], f["length"]) for f in c.get("fields", [])]
+        problems += _field_diffs(f"{op} getFieldNames", want, got)
+        plugin = c.get("plugin") or {}
+        if not plugin.get("created"):
+            problems.append(f"{op}: createPlugin with fields {sample_fields(spec)} failed: {plugin.get('error', '')}")
+            continue
+        piface = plugin.get("interface", {})
+        if (piface.get("kind"), piface.get("major"), piface.get("minor")) != PLUGIN_INTERFACE:
+            problems.append(f"{op}: plugin interface {piface} is not {PLUGIN_INTERFACE}")
+        core = (plugin.get("name"), plugin.get("version"), plugin.get("namespace"))
+        if core != spec.key:
+            problems.append(f"{op}: plugin reports name/version/namespace {core}, spec says {spec.key}")
+        for cap in ("core", "build", "runtime"):
+            if not plugin.get("capabilities", {}).get(cap):
+                problems.append(f"{op}: plugin has no {cap} capability")
+        if plugin.get("nb_outputs") != len(spec.outputs):
+            problems.append(f"{op}: plugin has {plugin.get('nb_outputs')} outputs, spec says {len(spec.outputs)}")
+        ser = [(f["name"], f["type"]) for f in plugin.get("serialized", [])]
+        problems += _field_diffs(f"{op} getFieldsToSerialize", [(n, t) for n, t, _ in want], ser)
+        for check in ("roundtrip", "clone"):
+            if not plugin.get(check):
+                problems.append(f"{op}: {check} check failed: {plugin.get(check + '_error', '')}")
+    return problems
+
+
+def _field_diffs(where: str, want: Sequence[tuple], got: Sequence[tuple]) -> list[str]:
+    if list(want) == list(got):
+        return []
+    out: list[str] = []
+    wmap, gmap = {w[0]: w for w in want}, {g[0]: g for g in got}
+    for name in wmap.keys() - gmap.keys():
+        out.append(f"{where}: missing field {name!r} {wmap[name][1:]}")
+    for name in gmap.keys() - wmap.keys():
+        out.append(f"{where}: extra field {name!r} {gmap[name][1:]}")
+    for name in wmap.keys() & gmap.keys():
+        if wmap[name] != gmap[name]:
+            out.append(f"{where}: field {name!r} is {gmap[name][1:]}, spec says {wmap[name][1:]}")
+    if not out:
+        out.append(f"{where}: field order {[g[0] for g in got]} differs from spec {[w[0] for w in want]}")
+    return sorted(out)
+
+
+def check_library(lib: Path, specs: Sequence[PluginSpec] | None = None) -> list[str]:
+    """Load ``lib`` (no GPU needed) and list every way its creators differ from the specs."""
+    specs = list(fusion_specs() if specs is None else specs)
+    return compare_with_specs(describe_library(lib, specs), specs)
+
+
+# --------------------------------------------------------------------------- kernels (CuPy, tests)
+
+NORM_OPS = ("layernorm", "rmsnorm")
+_DTYPE_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+_VEC_MAX = {"float32": 4, "float16": 8, "bfloat16": 8}
+# Mirrors plugin_src/common/normKernels.cuh / normLaunch.cu (tests compare both).
+NORM_WARP_THREADS = 128
+NORM_BLOCK_MAX_THREADS = 512
+NORM_LOOP_THREADS = 512
+NORM_MAX_N = 8
+_INT_MAX = 2**31 - 1
+
+
+def kernel_sources() -> dict[str, Path]:
+    """Kernel files that compile under cupy.RawModule (include dir: ``kernel_include_dir()``)."""
+    src = plugin_src_dir()
+    return {
+        "layernorm": src / "layernorm" / "layerNormKernel.cu",
+        "rmsnorm": src / "rmsnorm" / "rmsNormKernel.cu",
+        "fc": src / "fc" / "fcKernel.cu",
+    }
+
+
+def kernel_include_dir() -> Path:
+    return plugin_src_dir()
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def norm_launch_config(op: str, dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int]:
+    """(kernel name, grid, block) the plugin uses for ``rows x cols`` (see normLaunch.cu)."""
+    if op not in NORM_OPS or dtype not in _DTYPE_TAG:
+        raise ValueError(f"no norm kernel for {op}/{dtype}")
+    if rows <= 0 or not 0 < cols <= _INT_MAX:
+        raise ValueError(f"nothing to launch for rows={rows} cols={cols}")
+    vmax = _VEC_MAX[dtype]
+    vec = vmax if vec_ok and cols % vmax == 0 else 1
+    nv = cols // vec
+    tag = _DTYPE_TAG[dtype]
+    if nv <= 32 * NORM_MAX_N:
+        n = _ceil_div(nv, 32)
+        name, block = f"fusion_{op}_warp_{tag}_v{vec}_n{n}", NORM_WARP_THREADS
+        grid = _ceil_div(rows, NORM_WARP_THREADS // 32)
+    elif nv <= NORM_BLOCK_MAX_THREADS * NORM_MAX_N:
+        n = min(_ceil_div(nv, 256), NORM_MAX_N)
+        block = _ceil_div(_ceil_div(nv, n), 32) * 32
+        name, grid = f"fusion_{op}_block_{tag}_v{vec}_n{n}", rows
+    else:
+        name, block, grid = f"fusion_{op}_loop_{tag}_v{vec}", NORM_LOOP_THREADS, rows
+    return name, min(grid, _INT_MAX), block
+
+
+def library_norm_plan(lib: Path, op: str, dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int] | None:
+    """The launch the built library would make (its exported ``fusion_norm_plan``); no GPU needed."""
+    dll = ctypes.CDLL(str(lib))
+    fn = dll.fusion_norm_plan
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int,
+                   ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_int)]  # fmt: skip
+    fn.restype = ctypes.c_int
+    name = ctypes.create_string_buffer(64)
+    grid, block = ctypes.c_longlong(), ctypes.c_int()
+    rc = fn(NORM_OPS.index(op), list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), name, 64,
+            ctypes.byref(grid), ctypes.byref(block))  # fmt: skip
+    return None if rc != 0 else (name.value.decode(), grid.value, block.value)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """``python -m fusion.plugin_lib header|build|check LIB`` (the CLI proper is fusion.cli)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m fusion.plugin_lib")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("header", help="rewrite plugin_src/generated/plugin_specs.h")
+    b = sub.add_parser("build")
+    b.add_argument("-o", "--out", type=Path)
+    b.add_argument("--arch", action="append")
+    b.add_argument("--harness", action="store_true")
+    c = sub.add_parser("check")
+    c.add_argument("lib", type=Path)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        if args.cmd == "header":
+            LOG.info("wrote %s", write_spec_header())
+        elif args.cmd == "build":
+            LOG.info("%s", build_library(args.out, tuple(args.arch or ("sm_90",)), with_harness=args.harness))
+        else:
+            problems = check_library(args.lib)
+            for p in problems:
+                LOG.error("%s", p)
+            if problems:
+                return 1
+            LOG.info("%s agrees with the specs", args.lib)
+    except PluginBuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
