@@ -177,10 +177,14 @@ def _check_contained(m: Match, scope: Scope) -> None:
 
 
 def _dedupe(misses: list[NearMiss], claimed: set[int]) -> list[NearMiss]:
-    """One near-miss per chain: drop those inside a fusion or inside a further-along miss."""
+    """One near-miss per chain: drop those rooted inside a fusion or inside a further-along miss.
+
+    A miss whose root stayed unfused while part of its chain did fuse is kept: it says why
+    the fusion stopped short (a γ that does not broadcast, say).
+    """
     kept: list[NearMiss] = []
     for m in sorted(misses, key=lambda m: -m.progress):
-        if any(i in claimed for i in m.nodes):
+        if m.nodes and m.nodes[0] in claimed:
             continue
         if any(set(m.nodes) <= set(k.nodes) for k in kept):
             continue

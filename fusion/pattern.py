@@ -64,12 +64,15 @@ class Op(Pattern):
         name: str | None = None,
         commute: bool | None = None,
         where: Callable[[gs.Node], str | None] | None = None,
+        quiet: bool = False,
     ):
         self.op_type = op_type
         self.inputs = inputs
         self.name = name
         self.commute = op_type in COMMUTATIVE if commute is None else commute
         self.where = where  # extra structural test on the node; returns a reason or None
+        # An optional wrapper (a Cast that may or may not be there): its absence is no failure.
+        self.quiet = quiet
 
     def __repr__(self) -> str:
         return f"Op({self.op_type}{', ' + self.name if self.name else ''})"
@@ -171,7 +174,8 @@ class Matcher:
 
     def fail(self, st: _State, reason: str) -> None:
         progress = len(st.order)
-        if self.best is None or progress > self.best.progress:
+        # On a tie the later failure wins: alternatives are tried most specific first.
+        if self.best is None or progress >= self.best.progress:
             self.best = Failure(progress, reason)
             self.best_nodes = tuple(id(n) for n in st.order)
 
@@ -212,10 +216,12 @@ class Matcher:
     def _match_op(self, p: Op, t: gs.Tensor, st: _State) -> Iterator[_State]:
         node = producer(t)
         if node is None:
-            self.fail(st, f"{_desc(t)} is not computed by a node (expected {p.op_type})")
+            if not p.quiet:
+                self.fail(st, f"{_desc(t)} is not computed by a node (expected {p.op_type})")
             return
         if node.op != p.op_type or node.domain not in _DEFAULT_DOMAINS:
-            self.fail(st, f"{_desc(t)} comes from {node.op}, expected {p.op_type}")
+            if not p.quiet:
+                self.fail(st, f"{_desc(t)} comes from {node.op}, expected {p.op_type}")
             return
         if node.outputs[0] is not t:
             self.fail(st, f"{_desc(t)} is not the first output of {node.op}")

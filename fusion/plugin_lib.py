@@ -206,7 +206,7 @@ def find_nvcc(nvcc: str | None = None) -> Path:
     candidates = [nvcc, os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return Path(c).resolve()
+            return Path(c).absolute()
     if nvcc:
         raise PluginBuildError(f"nvcc not found at {nvcc}")
     raise PluginBuildError("nvcc not found: install the CUDA toolkit or pass nvcc= / set $NVCC")
@@ -245,11 +245,28 @@ def find_cublas_include(cuda_include: Path) -> Path:
     raise PluginBuildError(f"cublasLt.h not found: pip install {CUBLAS_PIP} or set $CUBLASLT_INCLUDE")
 
 
+def find_cuda_include(nvcc: Path) -> Path:
+    """The CUDA runtime headers nvcc uses (it may be a wrapper script outside the toolkit)."""
+    cands = [nvcc.parent.parent / "include"]
+    try:
+        dry = subprocess.run([str(nvcc), "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        cands += [Path(m) for m in re.findall(r'INCLUDES="-I([^"\s]+)', dry.stdout + dry.stderr)]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            cands.append(Path(os.environ[env]) / "include")
+    cands.append(Path("/usr/local/cuda/include"))
+    for d in cands:
+        if (d / "cuda_runtime_api.h").is_file():
+            return d.resolve()
+    raise PluginBuildError(f"CUDA headers (cuda_runtime_api.h) not found for {nvcc}")
+
+
 def find_toolchain(nvcc: str | None = None) -> Toolchain:
     nvcc_path = find_nvcc(nvcc)
-    cuda_include = nvcc_path.parent.parent / "include"
-    if not (cuda_include / "cuda_runtime_api.h").is_file():
-        raise PluginBuildError(f"CUDA headers not found next to {nvcc_path} ({cuda_include})")
+    cuda_include = find_cuda_include(nvcc_path)
     return Toolchain(nvcc_path, cuda_include, find_trt_include(), find_cublas_include(cuda_include))
 
 

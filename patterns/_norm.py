@@ -25,7 +25,7 @@ def _float_cast(node: gs.Node) -> str | None:
 
 def cast(p: Pattern) -> Pattern:
     """``p``, optionally behind a float-to-float Cast (fp16 graphs upcast inside the chain)."""
-    return Op("Cast", p, where=_float_cast) | p
+    return Op("Cast", p, where=_float_cast, quiet=True) | p
 
 
 def reduce_mean(x: Pattern, name: str) -> Op:

@@ -40,7 +40,7 @@ class LayerNormRule(Rule):
     name = "layernorm"
     pass_name = "layernorm"
     pattern = PATTERN
-    min_progress = 5
+    min_progress = 3
     doc = "ReduceMean → Sub → Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div (→ Mul γ → Add β)"
 
     def check(self, m, ctx):

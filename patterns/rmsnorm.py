@@ -7,8 +7,9 @@ Mul(x, Pow(ms + eps, -0.5)); float Casts anywhere (LLaMA/T5 upcast to fp32 insid
 
 from __future__ import annotations
 
+from fusion.graph import producer
 from fusion.pattern import Const, Op, Var
-from fusion.rules import Rule
+from fusion.rules import Reject, Rule
 
 from ._norm import analyze, cast, emit, reduce_mean
 
@@ -34,10 +35,25 @@ class RMSNormRule(Rule):
     doc = "Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div or Reciprocal/Pow(-0.5) → Mul (→ Mul γ)"
 
     def check(self, m, ctx):
+        if _centered(m["x"]):
+            raise Reject(f"{m['x'].name!r} is centered by a ReduceMean: a LayerNorm that did not fuse, not an RMSNorm")
         return analyze(m, ctx, "rms", ("mean_square",))
 
     def rewrite(self, desc, em, ctx):
         emit(desc, em, ctx)
+
+
+def _centered(x) -> bool:
+    """x = Sub(a, ReduceMean(a)), possibly behind Casts: the start of a LayerNorm."""
+    node = producer(x)
+    while node is not None and node.op == "Cast":
+        node = producer(node.inputs[0])
+    if node is None or node.op != "Sub":
+        return False
+    mean = producer(node.inputs[1])
+    while mean is not None and mean.op == "Cast":
+        mean = producer(mean.inputs[0])
+    return mean is not None and mean.op == "ReduceMean"
 
 
 RULE = RMSNormRule()
