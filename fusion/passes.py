@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -20,7 +21,7 @@ import onnx_graphsurgeon as gs
 from . import specs
 from .errors import FusionError
 from .graph import ModelGraph, Scope
-from .model_io import check_supported
+from .model_io import check_supported, external_tensors
 from .pattern import Failure, Match, Matcher
 from .rewrite import Editor, Emitter, Reject
 from .rules import TARGETS, Context, Rule
@@ -122,7 +123,7 @@ def run(
 
     # ensures
     if validate:
-        _validate(out, model)
+        _validate(out, model, base_dir)
     return PassResult(out, True, fusions, misses, warnings, time.perf_counter() - t0)
 
 
@@ -224,17 +225,41 @@ def _describe(n: onnx.NodeProto) -> dict:
     }
 
 
-def _validate(out: onnx.ModelProto, original: onnx.ModelProto) -> None:
+def _validate(out: onnx.ModelProto, original: onnx.ModelProto, base_dir: str | None) -> None:
     """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes."""
+    errors = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
     try:
-        onnx.checker.check_model(out, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        _check(out, base_dir)
+    except errors as e:
         try:
-            onnx.checker.check_model(original, full_check=True)
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+            _check(original, base_dir)
+        except errors:
             log.warning("the input model already fails onnx.checker; the fused model does too: %s", _first(e))
             return
         raise InternalError(f"the fused model fails onnx.checker although the input passes: {_first(e)}") from e
+
+
+def _check(model: onnx.ModelProto, base_dir: str | None) -> None:
+    """onnx.checker on a proto whose external data lives in ``base_dir``.
+
+    The checker resolves external files next to the model file, so a model with external
+    data is checked as a file in a scratch directory that links to the data files.
+    """
+    locations = {
+        e.value for t in external_tensors(model) for e in t.external_data if e.key == "location"
+    }
+    if not locations or base_dir is None:
+        onnx.checker.check_model(model, full_check=True)
+        return
+    with tempfile.TemporaryDirectory(prefix="fusion-check-") as tmp:
+        for loc in locations:
+            link = os.path.join(tmp, loc)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(os.path.join(base_dir, loc), link)
+        path = os.path.join(tmp, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        onnx.checker.check_model(path, full_check=True)
 
 
 def _first(e: BaseException) -> str:

@@ -119,6 +119,12 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     """Emit ``desc`` for ``ctx.target``; the last node written produces ``desc.y``."""
     g = ctx.graph
     t_in, t_out = g.elem_type(desc.x), g.elem_type(desc.y)
+    if t_out is None:
+        # Inside function bodies nothing is typed: the output has γ's (or β's) type, or the
+        # type of the Cast that ends the chain.
+        root = desc.y.inputs[0]
+        params = [p for p in (desc.gamma, desc.beta) if p is not None]
+        t_out = int(root.attrs["to"]) if root.op == "Cast" else (g.elem_type(params[0]) if params else None)
     if t_in is None and t_out is None:
         raise Reject(f"the element type of {desc.x.name!r} is unknown")
     t_in, t_out = t_in or t_out, t_out or t_in
