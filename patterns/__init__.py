@@ -9,4 +9,4 @@ from fusion.rules import Rule
 
 from . import layernorm, rmsnorm
 
-RULES: list[Rule] = [layernorm.RULE, rmsnorm.RULE]
+RULES: list[Rule] = [layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE]

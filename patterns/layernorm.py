@@ -4,6 +4,9 @@ Covered: Pow(d, 2) or Mul(d, d); Div(d, std), Mul(d, Reciprocal(std)), Mul(d, Di
 Mul(d, Pow(var + eps, -0.5)); float Casts anywhere in the chain (fp16 models that upcast to
 fp32/fp64 inside it); ReduceMean axes as attribute or input, negative or positive, one or
 several axes, trailing or not (channels-first ConvNeXt style); γ and/or β absent.
+
+A second rule covers TensorFlow's batch-norm style rewrite (tf2onnx/keras2onnx):
+x * (γ / sqrt(var + eps)) + (β - mean * (γ / sqrt(var + eps))).
 """
 
 from __future__ import annotations
@@ -51,3 +54,22 @@ class LayerNormRule(Rule):
 
 
 RULE = LayerNormRule()
+
+# TensorFlow: the scale γ·rsqrt(var + eps) multiplies x and the mean separately.
+inv_std = Op("Reciprocal", std, name="inverse") | Op("Pow", var_eps, Const(value=-0.5), name="inverse")
+tf_scale = Op("Mul", cast(inv_std), cast(Const("gamma")), name="scale") | inv_std
+x_scaled = Op("Mul", cast(x), cast(tf_scale), name="x_scaled")
+mean_scaled = Op("Mul", cast(mean), cast(tf_scale), name="mean_scaled")
+TF_PATTERN = cast(
+    Op("Add", x_scaled, Op("Sub", cast(Const("beta")), mean_scaled, name="offset"), name="shift")
+    | Op("Add", x_scaled, Op("Neg", mean_scaled, name="offset"), name="shift")
+    | Op("Sub", x_scaled, mean_scaled, name="shift")
+)
+
+
+class LayerNormTFRule(LayerNormRule):
+    pattern = TF_PATTERN
+    doc = "TensorFlow form: x·(γ·rsqrt(var+eps)) + (β − mean·γ·rsqrt(var+eps))"
+
+
+TF_RULE = LayerNormTFRule()

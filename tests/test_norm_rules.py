@@ -372,3 +372,36 @@ def test_several_norms_in_one_model():
     assert result.counts() == {"layernorm": 3}
     rng = np.random.default_rng(1)
     assert max_error(model, result.model, {"x": rng.standard_normal((4, 16)).astype(np.float32)}) < 1e-4
+
+
+def _tf_layernorm(beta: bool = True, gamma: bool = True) -> onnx.ModelProto:
+    """tf2onnx's Keras LayerNormalization: batch-norm style, SquaredDifference as Sub + Mul."""
+    from .builders import G, reduce_mean
+
+    rng = np.random.default_rng(3)
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", "S", 16])
+    mean = reduce_mean(g, x, [-1])
+    d = g.op("Sub", x, mean)
+    var = reduce_mean(g, g.op("Mul", d, d), [-1])
+    inv = g.op("Reciprocal", g.op("Sqrt", g.op("Add", var, g.const(1e-3))))
+    if gamma:
+        inv = g.op("Mul", inv, g.const(rng.standard_normal(16).astype(np.float32)))
+    xs = g.op("Mul", x, inv)
+    ms = g.op("Mul", mean, inv)
+    if beta:
+        y = g.op("Add", xs, g.op("Sub", g.const(rng.standard_normal(16).astype(np.float32)), ms))
+    else:
+        y = g.op("Sub", xs, ms)
+    g.output(y, FLOAT)
+    return g.model()
+
+
+@pytest.mark.parametrize("beta,gamma", [(True, True), (False, True), (True, False), (False, False)])
+def test_tensorflow_form(beta, gamma):
+    model = _tf_layernorm(beta, gamma)
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, result.near_misses
+    assert [n.op_type for n in result.model.graph.node] == ["FusedLayerNorm"]
+    x = {"x": np.random.default_rng(0).standard_normal((2, 3, 16)).astype(np.float32)}
+    assert max_error(model, result.model, x) < 1e-4
