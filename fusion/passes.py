@@ -136,23 +136,23 @@ def _try(rule: Rule, root: gs.Node, ctx: Context, editor: Editor, claimed: set[i
             break
         em = Emitter(ctx.graph, ctx.scope, _prefix(m))
         try:
-            _check_contained(m, ctx.scope)
+            removed = _contained(m, ctx.scope)
             desc = rule.check(m, ctx)
             rule.rewrite(desc, em, ctx)
         except Reject as r:
             # A structural match that fails a check is further along than any structural failure.
             failure = Failure(1000 + len(m.all_nodes), str(r))
             if best is None or failure.progress > best.progress:
-                best, best_nodes = failure, tuple(id(n) for n in m.all_nodes)
+                best, best_nodes = failure, tuple(m.all_nodes)
             continue
-        editor.commit(ctx.scope, m.all_nodes, root, em)
-        claimed.update(id(n) for n in m.all_nodes)
+        editor.commit(ctx.scope, removed, root, em)
+        claimed.update(id(n) for n in removed)
         return Fusion(
             rule=rule.name,
             target=ctx.target,
             scope=ctx.scope.path,
             root=root.name,
-            removed=[n.name for n in m.all_nodes],
+            removed=[n.name for n in removed],
             nodes=[_describe(n) for n in em.nodes],
         )
     if best is None:
@@ -160,12 +160,21 @@ def _try(rule: Rule, root: gs.Node, ctx: Context, editor: Editor, claimed: set[i
         best_nodes = matcher.best_nodes
     if best is None or best.progress < rule.min_progress:
         return None
-    return NearMiss(rule.name, ctx.scope.path, root.name or root.op, best.reason, best.progress, best_nodes)
+    if rule.signature and not any(n.op in rule.signature for n in best_nodes):
+        return None  # never got to what makes this pattern itself: not a near-miss
+    ids = tuple(id(n) for n in best_nodes)
+    return NearMiss(rule.name, ctx.scope.path, root.name or root.op, best.reason, best.progress, ids)
 
 
-def _check_contained(m: Match, scope: Scope) -> None:
-    """The safety rule: intermediates are read only inside the match and are not outputs."""
+def _contained(m: Match, scope: Scope) -> list[gs.Node]:
+    """The safety rule: intermediates are read only inside the match and are not outputs.
+
+    A node outside the match that reads an intermediate is tolerated only when everything it
+    computes flows back into the match (the Shape -> Concat that sizes a Reshape in it); it is
+    then removed with the match.  Returns the nodes to remove.
+    """
     inside = {id(n) for n in m.all_nodes}
+    extra: list[gs.Node] = []
     for n in m.all_nodes:
         if n is m.root:
             continue
@@ -173,8 +182,31 @@ def _check_contained(m: Match, scope: Scope) -> None:
             if t.name in scope.output_names:
                 raise Reject(f"intermediate {t.name!r} is a graph output")
             for c in t.outputs:
-                if id(c) not in inside:
+                if id(c) not in inside and not _feeds_back(c, inside, scope, extra):
                     raise Reject(f"intermediate {t.name!r} is also read by {c.op} {c.name!r} outside the pattern")
+    return m.all_nodes + extra
+
+
+def _feeds_back(node: gs.Node, inside: set[int], scope: Scope, extra: list[gs.Node], budget: int = 16) -> bool:
+    """Whether all of ``node``'s results are read only by the match (then it joins ``extra``)."""
+    seen: list[gs.Node] = []
+    stack = [node]
+    scope_nodes = {id(n) for n in scope.ir.nodes}
+    while stack:
+        n = stack.pop()
+        if id(n) in inside or any(n is s for s in seen):
+            continue
+        if len(seen) >= budget or id(n) not in scope_nodes or any(isinstance(v, gs.Graph) for v in n.attrs.values()):
+            return False
+        seen.append(n)
+        for t in n.outputs:
+            if t.name in scope.output_names or not t.outputs:
+                return False
+            stack.extend(t.outputs)
+    for n in seen:
+        inside.add(id(n))
+        extra.append(n)
+    return True
 
 
 def _dedupe(misses: list[NearMiss], claimed: set[int]) -> list[NearMiss]:

@@ -38,7 +38,7 @@ class Pattern:
 
 
 class Var(Pattern):
-    def __init__(self, name: str):
+    def __init__(self, name: str | None = None):
         self.name = name
 
     def __repr__(self) -> str:
@@ -153,7 +153,7 @@ class Matcher:
         self.graph = graph
         self.claimed = claimed if claimed is not None else set()
         self.best: Failure | None = None
-        self.best_nodes: tuple = ()  # ids of the nodes bound when the best failure happened
+        self.best_nodes: tuple = ()  # the nodes bound when the best failure happened
 
     # -- entry point --------------------------------------------------------------------
     def match(self, pattern: Pattern, root: gs.Node) -> Iterator[Match]:
@@ -177,7 +177,7 @@ class Matcher:
         # On a tie the later failure wins: alternatives are tried most specific first.
         if self.best is None or progress >= self.best.progress:
             self.best = Failure(progress, reason)
-            self.best_nodes = tuple(id(n) for n in st.order)
+            self.best_nodes = st.order
 
     # -- recursion ----------------------------------------------------------------------
     def _match(self, p: Pattern, t: gs.Tensor, st: _State) -> Iterator[_State]:

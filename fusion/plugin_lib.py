@@ -587,6 +587,64 @@ def norm_launch_config(op: str, dtype: str, rows: int, cols: int, vec_ok: bool =
     return name, min(grid, _INT_MAX), block
 
 
+def kernel_compile_options() -> tuple[str, ...]:
+    """NVRTC options for ``kernel_sources()``: C++17, plugin_src/ and the CUDA headers."""
+    opts = ["--std=c++17", f"-I{kernel_include_dir()}"]
+    cands = [Path(os.environ[e]) / "include" for e in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(e)]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(Path(nvcc).resolve().parent.parent / "include")
+    cands.append(Path("/usr/local/cuda/include"))
+    for d in cands:
+        if (d / "cuda_bf16.h").is_file():
+            opts.append(f"-I{d}")
+            break
+    return tuple(opts)
+
+
+def kernel_code(name: str) -> str:
+    """A kernel file's source, prefixed with a hash of the headers it may include
+    (CuPy's compile cache keys on the source text, not on included files)."""
+    src = kernel_sources()[name]
+    h = hashlib.sha256()
+    for p in sorted(kernel_include_dir().rglob("*.cuh")):
+        h.update(p.read_bytes())
+    return f"// headers {h.hexdigest()[:16]}\n" + src.read_text()
+
+
+def load_kernel_module(name: str) -> Any:
+    """``cupy.RawModule`` of one kernel file (``kernel_sources()`` keys); needs CuPy and a GPU."""
+    import cupy  # noqa: PLC0415 - optional dependency
+
+    return cupy.RawModule(code=kernel_code(name), options=kernel_compile_options())
+
+
+def launch_norm(
+    module: Any,
+    op: str,
+    dtype: str,
+    x: int,
+    gamma: int | None,
+    beta: int | None,
+    y: int,
+    rows: int,
+    cols: int,
+    eps: float,
+    stream: Any = None,
+) -> str:
+    """Launch the norm kernel the plugin would pick, on raw device pointers (ints; None:
+    absent).  Returns the kernel's name."""
+    import numpy as np  # noqa: PLC0415
+
+    if op == "rmsnorm":
+        beta = None
+    aligned = all(p is None or p % 16 == 0 for p in (x, gamma, beta, y))
+    name, grid, block = norm_launch_config(op, dtype, rows, cols, aligned)
+    fn = module.get_function(name)
+    fn((grid,), (block,), (x, gamma, beta, y, np.int64(rows), np.int32(cols), np.float32(eps)), stream=stream)
+    return name
+
+
 def library_norm_plan(lib: Path, op: str, dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int] | None:
     """The launch the built library would make (its exported ``fusion_norm_plan``); no GPU needed."""
     dll = ctypes.CDLL(str(lib))

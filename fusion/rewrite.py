@@ -123,7 +123,7 @@ class Editor:
                 continue
             container = containers[scope.locator]
             _apply_edit(container, edit)
-        _drop_unused_constants(out, self.edits.values(), containers, self.graph)
+        _drop_dead(out, self.edits.values(), containers)
         if any(e.custom_domain for e in self.edits.values()):
             _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
             for scope in self.graph.scopes:
@@ -169,34 +169,76 @@ def _apply_edit(container, edit: _Edit) -> None:
             container.value_info.extend(keep)
 
 
-def _drop_unused_constants(model: onnx.ModelProto, edits, containers, graph: ModelGraph) -> None:
-    """Remove initializers and Constant nodes that only the fused-away nodes read."""
-    released = set().union(*(e.released for e in edits)) if edits else set()
+def _drop_dead(model: onnx.ModelProto, edits, containers) -> None:
+    """Remove what only the fused-away nodes read: initializers, Constant nodes, and side
+    computations (Shape -> Concat chains) that fed them.  Code that was dead before stays."""
+    released = [name for e in edits for name in e.released]
     if not released:
         return
-    used: set[str] = set()
-    for g in walk_graph_protos(model):
-        used.update(o.name for o in g.output)
-        for n in g.node:
-            used.update(n.input)
-    for f in model.functions:
-        used.update(f.output)
-        for n in f.node:
-            used.update(n.input)
-    dead = released - used
-    if not dead:
-        return
-    for container in containers.values():
-        if isinstance(container, onnx.GraphProto):
-            inputs = {i.name for i in container.input}
-            keep = [t for t in container.initializer if t.name not in dead or t.name in inputs]
-            if len(keep) != len(container.initializer):
-                del container.initializer[:]
-                container.initializer.extend(keep)
-        nodes = [n for n in container.node if not (n.op_type == "Constant" and n.output and n.output[0] in dead)]
-        if len(nodes) != len(container.node):
-            del container.node[:]
-            container.node.extend(nodes)
+    uses: dict[str, int] = {}
+    producer: dict[str, tuple[Any, onnx.NodeProto]] = {}
+    for key, c in containers.items():
+        outs = c.output if isinstance(c, onnx.FunctionProto) else [o.name for o in c.output]
+        for o in outs:
+            uses[o] = uses.get(o, 0) + 1
+        for n in c.node:
+            for i in n.input:
+                uses[i] = uses.get(i, 0) + 1
+            for sub in _subgraph_inputs(n):
+                uses[sub] = uses.get(sub, 0) + 1
+            if not _has_subgraph(n):
+                for o in n.output:
+                    producer[o] = (c, n)
+    dead_nodes: set[int] = set()
+    dead_names: set[str] = set()
+    work = list(dict.fromkeys(released))
+    while work:
+        name = work.pop()
+        if uses.get(name, 0) > 0 or name in dead_names:
+            continue
+        dead_names.add(name)
+        hit = producer.get(name)
+        if hit is None or id(hit[1]) in dead_nodes:
+            continue
+        _, node = hit
+        if any(uses.get(o, 0) > 0 for o in node.output if o):
+            continue
+        dead_nodes.add(id(node))
+        for i in node.input:
+            if i:
+                uses[i] -= 1
+                work.append(i)
+    for c in containers.values():
+        if isinstance(c, onnx.GraphProto):
+            inputs = {i.name for i in c.input}
+            keep = [t for t in c.initializer if t.name not in dead_names or t.name in inputs]
+            if len(keep) != len(c.initializer):
+                del c.initializer[:]
+                c.initializer.extend(keep)
+            vis = [v for v in c.value_info if v.name not in dead_names]
+            if len(vis) != len(c.value_info):
+                del c.value_info[:]
+                c.value_info.extend(vis)
+        nodes = [n for n in c.node if id(n) not in dead_nodes]
+        if len(nodes) != len(c.node):
+            del c.node[:]
+            c.node.extend(nodes)
+
+
+def _has_subgraph(n: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
+
+
+def _subgraph_inputs(n: onnx.NodeProto) -> list[str]:
+    """Names a node's subgraphs read (from any scope: reading counts as a use)."""
+    out: list[str] = []
+    for a in n.attribute:
+        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+        for g in graphs:
+            for m in g.node:
+                out.extend(m.input)
+                out.extend(_subgraph_inputs(m))
+    return out
 
 
 def _import_domain(opset_import, domain: str) -> None:

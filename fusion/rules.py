@@ -42,8 +42,10 @@ class Rule:
     name: str = ""
     pass_name: str = ""
     pattern: Pattern
-    # How many nodes a failed match must have bound to be reported as a near-miss.
+    # A failed match is reported as a near-miss only if it bound this many nodes, one of
+    # them of a signature op type (the part that makes the pattern what it is).
     min_progress: int = 4
+    signature: frozenset[str] = frozenset()
     doc: str = ""
 
     def check(self, m: Match, ctx: Context) -> Any:

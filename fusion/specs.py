@@ -270,3 +270,26 @@ def by_op_type(op_type: str, domain: str = PLUGIN_DOMAIN) -> PluginSpec | None:
 def fusion_specs() -> Sequence[PluginSpec]:
     """The specs this project implements in plugin_src/."""
     return [s for s in SPECS if s.provider == "fusion"]
+
+
+# Shipped in TensorRT's libnvinfer_plugin (BERT demo plugin, 7.x ... 10.x, deprecated in 10.6).
+# Read from TensorRT OSS plugin/fcPlugin: Gemm(m=out_dims, n=S*B, k=K), no transposes,
+# column-major, A = W, B = input: so W is the row-major [K, out_dims] matrix of Y = X @ W.
+# getOutputDimensions keeps d[0], d[1] and sets d[2] = out_dims, d[3] = d[4] = 1; rows are
+# d[0] * d[1].  No bias and no activation: the emitter adds Add / activation nodes after it.
+TRT_FC = PluginSpec(
+    op_type="CustomFCPluginDynamic",
+    version="1",
+    namespace="",
+    inputs=(Port("input", "rank 5 [S, B, K, 1, 1], fp32 or fp16 as type_id says"),),
+    outputs=(Port("output", "[S, B, out_dims, 1, 1] = input @ W"),),
+    fields=(
+        Field("out_dims", FieldType.INT, "N, the number of output features"),
+        Field("type_id", FieldType.INT, "the input/compute type: 0 fp32, 1 fp16", choices=(0, 1)),
+        Field("W", FieldType.TENSOR, "weights, row-major [K, out_dims] (not transposed, unlike an FC layer)"),
+    ),
+    doc="TensorRT's shipped FC plugin: Y = X @ W through cuBLASLt, no bias, no activation.",
+    provider="tensorrt",
+)
+
+SPECS = SPECS + (TRT_FC,)

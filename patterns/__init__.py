@@ -7,6 +7,6 @@ from __future__ import annotations
 
 from fusion.rules import Rule
 
-from . import layernorm, rmsnorm
+from . import gemm, layernorm, rmsnorm
 
-RULES: list[Rule] = [layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE]
+RULES: list[Rule] = [layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE, gemm.RULE]

@@ -11,7 +11,7 @@ from onnx import helper
 
 from fusion import specs
 from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH
-from fusion.pattern import Const, Match, Op, Opt, Pattern
+from fusion.pattern import Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import Emitter, Reject
 from fusion.rules import Context
 
@@ -31,6 +31,24 @@ def cast(p: Pattern) -> Pattern:
 def reduce_mean(x: Pattern, name: str) -> Op:
     """ReduceMean with axes as an attribute (opset < 18) or as a constant input (opset >= 18)."""
     return Op("ReduceMean", x, Opt(Const()), name=name)
+
+
+def kept_mean(x: Pattern, name: str) -> Pattern:
+    """A mean that keeps the reduced dims: ReduceMean(keepdims=1), or keepdims=0 with the dims
+    put back by Reshape (+ Expand) or Unsqueeze, as the dynamo exporter writes torch.var."""
+    rm = reduce_mean(x, name)
+    restore = name + "_restore"
+    return (
+        rm
+        | Op("Expand", Op("Reshape", rm, Var(), name=restore + "_reshape"), Var(), name=restore)
+        | Op("Reshape", rm, Var(), name=restore)
+        | Op("Unsqueeze", rm, Opt(Const()), name=restore)
+    )
+
+
+def plus_eps(variance: Pattern) -> Pattern:
+    """variance + eps; or the variance alone (an exporter drops an eps of 0)."""
+    return Op("Add", cast(variance), cast(Const("eps")), name="add_eps") | variance
 
 
 @dataclass
@@ -59,12 +77,17 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     rank = None if shape is None else len(shape)
     axes = None
     for name in reductions:
-        node_axes = _normalized_axes(g, m[name], rank)
+        if name not in m:
+            continue
+        restore = m.get(name + "_restore")
+        node_axes = _normalized_axes(g, m[name], rank, keepdims=0 if restore is not None else 1)
         if axes is not None and node_axes != axes:
             raise Reject(f"{reductions[0]} reduces axes {list(axes)} but {name} reduces {list(node_axes)}")
         axes = node_axes
+        if restore is not None:
+            _check_restored(g, restore, shape, axes)
     assert axes is not None
-    eps = g.scalar(m["eps"])
+    eps = g.scalar(m["eps"]) if "eps" in m else 0.0
     if eps is None:
         raise Reject(f"epsilon {m['eps'].name!r} is not a one-element constant")
     desc = NormDesc(kind, x, m.root.outputs[0], axes, rank, eps, m.get("gamma"), m.get("beta"))
@@ -75,9 +98,24 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     return desc
 
 
-def _normalized_axes(g, node: gs.Node, rank: int | None) -> tuple[int, ...]:
-    if int(node.attrs.get("keepdims", 1)) != 1:
-        raise Reject(f"ReduceMean {node.name!r} has keepdims=0, so its result does not broadcast back")
+def _check_restored(g, restore: gs.Node, xshape, axes: tuple[int, ...]) -> None:
+    """A keepdims=0 mean put back must have x's dims, with 1 (or x's size) on the reduced axes."""
+    shape = g.shape(restore.outputs[0])
+    if shape is None or xshape is None or len(shape) != len(xshape):
+        raise Reject(f"cannot tell that {restore.op} {restore.name!r} restores the reduced dims (shapes unknown)")
+    for i, (d, xd) in enumerate(zip(shape, xshape)):
+        ok = d == xd and d is not None
+        if i - len(shape) in axes:
+            ok = ok or d == 1
+        if not ok:
+            raise Reject(f"{restore.op} {restore.name!r} makes shape {list(shape)}, not the input's {list(xshape)} with the reduced dims kept")
+
+
+def _normalized_axes(g, node: gs.Node, rank: int | None, keepdims: int = 1) -> tuple[int, ...]:
+    if int(node.attrs.get("keepdims", 1)) != keepdims:
+        if keepdims:
+            raise Reject(f"ReduceMean {node.name!r} has keepdims=0, so its result does not broadcast back")
+        raise Reject(f"ReduceMean {node.name!r} keeps its dims but is reshaped as if it did not")
     axes = node.attrs.get("axes")
     if len(node.inputs) > 1 and node.inputs[1].name:
         value = g.constant_value(node.inputs[1])

@@ -14,14 +14,19 @@ from __future__ import annotations
 from fusion.pattern import Const, Op, Var
 from fusion.rules import Rule
 
-from ._norm import analyze, cast, emit, reduce_mean
+from ._norm import analyze, cast, emit, kept_mean, plus_eps, reduce_mean
 
 x = Var("x")
 mean = reduce_mean(cast(x), "mean")
 centered = Op("Sub", cast(x), cast(mean), name="center")
-square = Op("Pow", cast(centered), Const(value=2.0), name="square") | Op("Mul", cast(centered), cast(centered), name="square")
-variance = reduce_mean(cast(square), "variance")
-var_eps = Op("Add", cast(variance), cast(Const("eps")), name="add_eps")
+# The variance may center x again with a mean of its own (older PyTorch, torch.var).
+var_mean = reduce_mean(cast(x), "var_mean")
+var_centered = Op("Sub", cast(x), cast(var_mean), name="var_center")
+square = Op("Pow", cast(var_centered), Const(value=2.0), name="square") | Op(
+    "Mul", cast(var_centered), cast(var_centered), name="square"
+)
+variance = kept_mean(cast(square), "variance")
+var_eps = plus_eps(variance)
 std = Op("Sqrt", var_eps, name="sqrt")
 normalized = (
     Op("Div", cast(centered), cast(std), name="normalize")
@@ -44,10 +49,11 @@ class LayerNormRule(Rule):
     pass_name = "layernorm"
     pattern = PATTERN
     min_progress = 3
+    signature = frozenset({"ReduceMean"})
     doc = "ReduceMean → Sub → Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div (→ Mul γ → Add β)"
 
     def check(self, m, ctx):
-        return analyze(m, ctx, "layer", ("mean", "variance"))
+        return analyze(m, ctx, "layer", ("mean", "var_mean", "variance"))
 
     def rewrite(self, desc, em, ctx):
         emit(desc, em, ctx)
@@ -56,6 +62,8 @@ class LayerNormRule(Rule):
 RULE = LayerNormRule()
 
 # TensorFlow: the scale γ·rsqrt(var + eps) multiplies x and the mean separately.
+var_eps = Op("Add", cast(reduce_mean(cast(square), "variance")), cast(Const("eps")), name="add_eps")
+std = Op("Sqrt", var_eps, name="sqrt")
 inv_std = Op("Reciprocal", std, name="inverse") | Op("Pow", var_eps, Const(value=-0.5), name="inverse")
 tf_scale = Op("Mul", cast(inv_std), cast(Const("gamma")), name="scale") | inv_std
 x_scaled = Op("Mul", cast(x), cast(tf_scale), name="x_scaled")

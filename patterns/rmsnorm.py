@@ -11,12 +11,12 @@ from fusion.graph import producer
 from fusion.pattern import Const, Op, Var
 from fusion.rules import Reject, Rule
 
-from ._norm import analyze, cast, emit, reduce_mean
+from ._norm import analyze, cast, emit, kept_mean, plus_eps
 
 x = Var("x")
 square = Op("Pow", cast(x), Const(value=2.0), name="square") | Op("Mul", cast(x), cast(x), name="square")
-mean_square = reduce_mean(cast(square), "mean_square")
-ms_eps = Op("Add", cast(mean_square), cast(Const("eps")), name="add_eps")
+mean_square = kept_mean(cast(square), "mean_square")
+ms_eps = plus_eps(mean_square)
 rms = Op("Sqrt", ms_eps, name="sqrt")
 normalized = (
     Op("Div", cast(x), cast(rms), name="normalize")
@@ -32,6 +32,7 @@ class RMSNormRule(Rule):
     pass_name = "rmsnorm"
     pattern = PATTERN
     min_progress = 4
+    signature = frozenset({"ReduceMean"})
     doc = "Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div or Reciprocal/Pow(-0.5) → Mul (→ Mul γ)"
 
     def check(self, m, ctx):

@@ -405,3 +405,77 @@ def test_tensorflow_form(beta, gamma):
     assert [n.op_type for n in result.model.graph.node] == ["FusedLayerNorm"]
     x = {"x": np.random.default_rng(0).standard_normal((2, 3, 16)).astype(np.float32)}
     assert max_error(model, result.model, x) < 1e-4
+
+
+def test_eps_dropped_by_the_exporter_means_zero():
+    from .builders import G, reduce_mean
+
+    g = G(18)
+    x = g.input("x", FLOAT, ["B", 16])
+    d = g.op("Sub", x, reduce_mean(g, x, [-1]))
+    y = g.op("Div", d, g.op("Sqrt", reduce_mean(g, g.op("Mul", d, d), [-1])))
+    g.output(y, FLOAT)
+    model = g.model()
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in result.model.graph.node[0].attribute}
+    assert attrs["epsilon"] == 0.0
+    x = {"x": np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)}
+    assert max_error(model, result.model, x) < 1e-4
+
+
+def _torch_var_layernorm(restore_shape_ok: bool = True) -> onnx.ModelProto:
+    """The dynamo exporter's torch.var: its own mean, keepdims=0, dims put back by Reshape/Expand
+    whose target shapes come from Shape nodes reading the variance."""
+    from .builders import G, reduce_mean
+
+    g = G(18)
+    x = g.input("x", FLOAT, ["B", "S", 16])
+    d = g.op("Sub", x, reduce_mean(g, x, [-1]))
+    d2 = g.op("Sub", x, reduce_mean(g, x, [2]))
+    var = reduce_mean(g, g.op("Mul", d2, d2), [2], keepdims=0)
+    s0 = g.op("Shape", var, start=0, end=1)
+    s1 = g.op("Shape", var, start=1, end=2)
+    one = g.const(np.array([1], np.int64))
+    last = one if restore_shape_ok else g.const(np.array([16], np.int64))
+    reshaped = g.op("Reshape", var, g.op("Concat", s0, s1, one, axis=0))
+    expanded = g.op("Expand", reshaped, g.op("Concat", g.op("Shape", x, start=0, end=1), g.op("Shape", x, start=1, end=2), last, axis=0))
+    y = g.op("Div", d, g.op("Sqrt", g.op("Add", expanded, g.const(1e-5))))
+    y = g.op("Add", g.op("Mul", y, g.const(np.full(16, 2.0, np.float32))), g.const(np.full(16, 0.5, np.float32)))
+    g.output(y, FLOAT)
+    # The exporter writes these shapes itself; ONNX inference cannot see through Shape/Concat.
+    g.value_info.append(onnx.helper.make_tensor_value_info(reshaped, FLOAT, ["B", "S", 1]))
+    g.value_info.append(onnx.helper.make_tensor_value_info(expanded, FLOAT, ["B", "S", 1 if restore_shape_ok else 16]))
+    return g.model()
+
+
+def test_torch_var_with_dims_restored_and_shape_side_chain_absorbed():
+    model = _torch_var_layernorm()
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, result.near_misses
+    # The Shape/Concat nodes that sized the Reshape/Expand go too.
+    assert [n.op_type for n in result.model.graph.node] == ["FusedLayerNorm"]
+    x = {"x": np.random.default_rng(0).standard_normal((2, 3, 16)).astype(np.float32)}
+    assert max_error(model, result.model, x) < 1e-4
+
+
+def test_expand_to_the_full_normalized_size_is_still_a_layernorm():
+    model = _torch_var_layernorm(restore_shape_ok=False)  # variance repeated along the axis
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, result.near_misses
+    x = {"x": np.random.default_rng(0).standard_normal((2, 3, 16)).astype(np.float32)}
+    assert max_error(model, result.model, x) < 1e-4
+
+
+def test_restore_that_does_not_restore_is_refused():
+    model = _torch_var_layernorm()
+    # make the Reshape target [S, B, 1]: a transposition, not a restore of the reduced dim
+    concat = [n for n in model.graph.node if n.op_type == "Concat"][0]
+    concat.input[0], concat.input[1] = concat.input[1], concat.input[0]
+    for vi in model.graph.value_info:
+        if vi.name in [n.output[0] for n in model.graph.node if n.op_type in ("Reshape", "Expand")]:
+            dims = vi.type.tensor_type.shape.dim
+            dims[0].dim_param, dims[1].dim_param = "S", "B"
+    result = fusion.inspect(model, ["layernorm"])
+    assert not result.fusions
+    assert any("not the input's" in m.reason for m in result.near_misses), result.near_misses

@@ -1,0 +1,443 @@
+"""Fully connected: Gemm, or MatMul (+ Add bias), with an optional ReLU / GELU after it.
+
+Covered:
+
+* ``Gemm`` with any transA / transB / alpha / beta, C absent, scalar, [N], [1, N] (GPT-2's
+  Conv1D is ``addmm`` = Gemm transB=0, nn.Linear on 2-D input is Gemm transB=1);
+* ``MatMul(x, W)`` with constant W [K, N] or ``Transpose(W[N, K])``, x of rank >= 2
+  ([B, S, K] from transformers), then ``Add`` of a bias that varies only along the last dim
+  ([N], [1, N], [1, 1, N], scalar), in either operand order; without the Add where there is
+  no bias (LLaMA, T5);
+* then optionally ``Relu``, ``Gelu`` (opset 20, both approximations), or GELU written out:
+  erf form ``0.5 * y * (1 + erf(y / sqrt2))`` (Div by sqrt2 or Mul by 1/sqrt2, the 0.5 in any
+  of the places exporters put it, or a Div by 2) and tanh form ``0.5 * y * (1 + tanh(sqrt(2/pi)
+  * (y + 0.044715 * y^3)))`` (Pow(y, 3) or y*y*y).  Irrational constants are compared with a
+  tolerance for how exporters round them (1.4142135 vs 1.41421356, fp16-rounded constants).
+
+Not fused (with a near-miss reason): a product of two computed tensors (attention scores
+Q @ K^T, probs @ V), a weight that is not a constant matrix, a bias that varies along rows, a
+bare MatMul whose output also feeds a bias Add elsewhere (the Add could not be taken with it).
+
+Targets:
+
+* ``plugin``: one ``FusedFC`` node; W stays the model's initializer (``transpose_weight``
+  says its layout, so weights are never read or copied), the bias becomes [N] (zeros where
+  absent; a [1, N] / scalar / beta-scaled bias is rewritten, which reads only the small bias);
+* ``trt``: TensorRT's ``CustomFCPluginDynamic`` (W baked as a TENSOR attribute laid out
+  [K, N], alpha folded into it): Reshape to [M, 1, K, 1, 1], the plugin, Reshape back, then
+  Add(bias) and the activation as standard nodes (the plugin has neither);
+* ``onnx``: MatMul + Add becomes a standard ``Gemm`` (rank-2 input directly, higher ranks
+  through Reshape to [M, K] and back); Gemm nodes are already standard, and activations stay
+  separate nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import TensorProto, helper, numpy_helper
+
+from fusion import specs
+from fusion.graph import FLOAT_TYPES
+from fusion.pattern import Const, Match, Op, Opt, Var
+from fusion.rewrite import Emitter, Reject
+from fusion.rules import Context, Rule
+
+from . import _fc_body
+
+_fc_body.register()
+
+SQRT2 = math.sqrt(2.0)
+_TYPE_NAME = {t: TensorProto.DataType.Name(t) for t in FLOAT_TYPES}
+# Relative tolerance for irrational constants, by the constant's element type: exporters
+# write sqrt(2) as 1.4142135 or 1.41421356, and an fp16 / bf16 model stores them rounded.
+_CONST_RTOL = {
+    TensorProto.FLOAT16: 1e-3,
+    TensorProto.BFLOAT16: 8e-3,
+}
+_DEFAULT_RTOL = 1e-4
+GELU_CONSTANTS = {
+    "sqrt2": ("sqrt(2)", SQRT2),
+    "inv_sqrt2": ("1/sqrt(2)", 1.0 / SQRT2),
+    "cubic": ("0.044715", 0.044715),
+    "tanh_scale": ("sqrt(2/pi)", math.sqrt(2.0 / math.pi)),
+}
+
+
+# -- pattern ----------------------------------------------------------------------------
+
+
+def _swaps_matrix(node: gs.Node) -> str | None:
+    perm = node.attrs.get("perm")
+    if perm is None or list(perm) == [1, 0]:
+        return None
+    return f"perm {list(perm)} is not a matrix transpose"
+
+
+x = Var("x")
+w = Var("w")
+weight = Op("Transpose", w, name="w_transpose", where=_swaps_matrix) | w
+matmul = Op("MatMul", x, weight, name="matmul")
+gemm = Op("Gemm", x, weight, Opt(Var("c")), name="gemm")
+biased = Op("Add", matmul, Var("b"), name="bias_add")
+FC = gemm | biased | matmul
+
+
+def _half_times(fc, one_plus):
+    """0.5 * fc * one_plus, in the orders exporters write it."""
+    return (
+        Op("Mul", Op("Mul", fc, one_plus, name="g_mul"), Const(value=0.5), name="act")  # torch: x * (1+erf) * 0.5
+        | Op("Mul", Op("Mul", fc, Const(value=0.5), name="g_mul"), one_plus, name="act")  # 0.5 * x * (1+erf)
+        | Op("Mul", fc, Op("Mul", one_plus, Const(value=0.5), name="g_mul"), name="act")  # x * (0.5 * (1+erf))
+        | Op("Div", Op("Mul", fc, one_plus, name="g_mul"), Const(value=2.0), name="act")  # x * (1+erf) / 2
+    )
+
+
+erf_arg = Op("Div", FC, Const("sqrt2"), name="g_scale") | Op("Mul", FC, Const("inv_sqrt2"), name="g_scale")
+erf_one = Op("Add", Op("Erf", erf_arg, name="erf"), Const(value=1.0), name="g_one")
+cube = Op("Pow", FC, Const(value=3.0), name="g_cube") | Op("Mul", Op("Mul", FC, FC, name="g_square"), FC, name="g_cube")
+tanh_arg = Op("Add", FC, Op("Mul", cube, Const("cubic"), name="g_cubic"), name="g_inner")
+tanh_one = Op("Add", Op("Tanh", Op("Mul", tanh_arg, Const("tanh_scale"), name="g_tanh_scale"), name="tanh"), Const(value=1.0), name="g_one")
+
+ACTIVATED = (
+    Op("Relu", FC, name="act") | Op("Gelu", FC, name="act") | _half_times(FC, erf_one) | _half_times(FC, tanh_one)
+)
+PATTERN = ACTIVATED | FC
+
+
+# -- check ------------------------------------------------------------------------------
+
+
+@dataclass
+class FCDesc:
+    """What a matched FC computes: y = act(alpha * op(x) @ W + bias)."""
+
+    x: gs.Tensor
+    y: gs.Tensor  # the match's output
+    w: gs.Tensor  # the stored weight initializer / constant
+    k: int
+    n: int
+    transpose_weight: int  # 1: w is stored [N, K]
+    trans_a: bool  # Gemm transA=1: x is [K, M]
+    alpha: float
+    bias: gs.Tensor | None
+    beta: float  # bias scale (Gemm beta)
+    activation: str  # one of specs.FC_ACTIVATIONS
+    kind: str  # "gemm" | "matmul"
+    rank: int  # rank of x
+    elem_type: int
+
+
+def analyze(m: Match, ctx: Context) -> FCDesc:
+    g = ctx.graph
+    core = m.get("gemm") or m["matmul"]
+    kind = core.op.lower()
+    what = f"{core.op} {core.name!r}"
+    xt, wt = m["x"], m["w"]
+    x_const, w_const = g.is_constant(xt), g.is_constant(wt)
+    if not w_const:
+        if x_const:
+            raise Reject(f"{what}: the constant is the left operand (W @ x), an FC computes x @ W")
+        raise Reject(
+            f"{what}: both operands are computed ({xt.name!r}, {wt.name!r}): an activation x activation "
+            "product such as attention scores is not a fully-connected layer"
+        )
+    if x_const:
+        raise Reject(f"{what}: both operands are constants (a constant-folding candidate, not an FC)")
+    wshape = g.constant_shape(wt)
+    if len(wshape) != 2:
+        raise Reject(f"{what}: weight {wt.name!r} has shape {list(wshape)}, not a matrix")
+
+    attrs = core.attrs
+    transposed = "w_transpose" in m
+    trans_a = kind == "gemm" and bool(attrs.get("transA", 0))
+    tw = int(transposed) ^ (int(bool(attrs.get("transB", 0))) if kind == "gemm" else 0)
+    k, n = (wshape[1], wshape[0]) if tw else (wshape[0], wshape[1])
+    alpha = float(attrs.get("alpha", 1.0)) if kind == "gemm" else 1.0
+    beta = float(attrs.get("beta", 1.0)) if kind == "gemm" else 1.0
+
+    xshape = g.shape(xt)
+    if xshape is None:
+        raise Reject(f"{what}: the rank of input {xt.name!r} is unknown")
+    rank = len(xshape)
+    if rank < 2:
+        raise Reject(f"{what}: input {xt.name!r} has rank {rank}; an FC needs [..., K] with rank >= 2")
+    last = xshape[0] if trans_a else xshape[-1]
+    if isinstance(last, int) and last != k:
+        raise Reject(f"{what}: input {xt.name!r} has {last} features but weight {wt.name!r} expects {k}")
+
+    t, t_w = g.elem_type(xt), g.elem_type(wt)
+    if t is None:
+        raise Reject(f"{what}: the element type of {xt.name!r} is unknown")
+    if t not in FLOAT_TYPES:
+        raise Reject(f"{what}: element type {TensorProto.DataType.Name(t)} is not a float type")
+    if t_w != t:
+        raise Reject(f"{what}: weight type {TensorProto.DataType.Name(t_w)} differs from the input's {_TYPE_NAME[t]}")
+
+    bias = None
+    if kind == "gemm":
+        c = m.get("c")
+        if c is not None and beta != 0.0:
+            _check_bias(g, c, n, 2, f"{what}: C")
+            bias = c
+    elif "bias_add" in m:
+        b = m["b"]
+        _check_bias(g, b, n, rank, f"Add {m['bias_add'].name!r}: operand")
+        bias = b
+    else:
+        _check_bare_matmul(g, ctx, m["matmul"])
+
+    activation = _activation(g, m)
+    return FCDesc(
+        x=xt,
+        y=m.root.outputs[0],
+        w=wt,
+        k=int(k),
+        n=int(n),
+        transpose_weight=tw,
+        trans_a=trans_a,
+        alpha=alpha,
+        bias=bias,
+        beta=beta,
+        activation=activation,
+        kind=kind,
+        rank=rank,
+        elem_type=t,
+    )
+
+
+def _check_bias(g, b: gs.Tensor, n: int, out_rank: int, what: str) -> None:
+    """The bias must be a constant that varies only along the output features."""
+    if not g.is_constant(b):
+        raise Reject(f"{what} {b.name!r} is computed, not a constant bias")
+    shape = list(g.constant_shape(b))
+    if len(shape) > out_rank:
+        raise Reject(f"{what} {b.name!r} has rank {len(shape)}, more than the output's {out_rank}: the output would grow")
+    if shape and shape[-1] not in (1, n):
+        raise Reject(f"{what} {b.name!r} has shape {shape}, which does not broadcast to {n} output features")
+    if any(d != 1 for d in shape[:-1]):
+        raise Reject(f"{what} {b.name!r} has shape {shape}: it varies along rows, not only along the output features")
+
+
+def _check_bare_matmul(g, ctx: Context, node: gs.Node) -> None:
+    """A MatMul whose bias Add could not be fused with it (its output is read elsewhere too) stays."""
+    out = node.outputs[0]
+    elsewhere = len(out.outputs) > 1 or out.name in ctx.scope.output_names
+    if not elsewhere:
+        return
+    for c in out.outputs:
+        if c.op == "Add" and c.domain in (None, "", "ai.onnx") and len(c.inputs) == 2:
+            other = c.inputs[1] if c.inputs[0] is out else c.inputs[0]
+            if g.is_constant(other):
+                users = ", ".join(f"{u.op} {u.name!r}" for u in out.outputs if u is not c)
+                if out.name in ctx.scope.output_names:
+                    users = ", ".join(filter(None, [users, "a graph output"]))
+                raise Reject(
+                    f"MatMul {node.name!r}: its output feeds bias Add {c.name!r} but is also read by {users}, "
+                    "so MatMul + Add cannot fuse, and the MatMul alone is left as it is"
+                )
+
+
+def _activation(g, m: Match) -> str:
+    if "act" not in m:
+        return "none"
+    act = m["act"]
+    if act.op == "Relu":
+        return "relu"
+    if act.op == "Gelu":
+        approx = act.attrs.get("approximate", "none")
+        approx = approx.decode() if isinstance(approx, bytes) else approx
+        if approx not in ("none", "tanh"):
+            raise Reject(f"Gelu {act.name!r}: approximate={approx!r} is not none or tanh")
+        return "gelu_erf" if approx == "none" else "gelu_tanh"
+    form = "gelu_erf" if "erf" in m else "gelu_tanh"
+    for role in ("sqrt2", "inv_sqrt2") if form == "gelu_erf" else ("cubic", "tanh_scale"):
+        if role in m:
+            _check_constant(g, m[role], role, form)
+    return form
+
+
+def _check_constant(g, t: gs.Tensor, role: str, form: str) -> None:
+    label, want = GELU_CONSTANTS[role]
+    value = g.scalar(t)
+    if value is None:
+        raise Reject(f"{form}: {t.name!r} should be the one-element constant {label}")
+    rtol = _CONST_RTOL.get(g.elem_type(t), _DEFAULT_RTOL)
+    if not math.isclose(value, want, rel_tol=rtol):
+        raise Reject(f"{form}: {t.name!r} is {value:.8g}, not {label} = {want:.8g} (within {rtol:g})")
+
+
+# -- rewrite ----------------------------------------------------------------------------
+
+
+def emit(desc: FCDesc, em: Emitter, ctx: Context) -> None:
+    if ctx.target == "plugin":
+        _emit_plugin(desc, em, ctx)
+    elif ctx.target == "trt":
+        _emit_trt(desc, em, ctx)
+    else:
+        _emit_onnx(desc, em, ctx)
+    em.nodes[-1].output[0] = desc.y.name
+
+
+def _np_type(t: int):
+    return helper.tensor_dtype_to_np_dtype(t)
+
+
+def _emit_plugin(desc: FCDesc, em: Emitter, ctx: Context) -> None:
+    t = desc.elem_type
+    if t == TensorProto.DOUBLE:
+        raise Reject("target plugin: FusedFC takes fp32/fp16/bf16, not DOUBLE")
+    if desc.activation != "none" and ctx.opset < 12:
+        raise Reject(
+            f"target plugin: at opset {ctx.opset} the FusedFC function body cannot refer to the activation field "
+            "(Constant.value_string needs opset 12), so the activation stays a separate node"
+        )
+    x = _input(desc, em)
+    bias = _bias_vector(desc, em, ctx)
+    em.plugin(
+        specs.FUSED_FC,
+        [x, desc.w.name, bias],
+        desc.y.name,
+        t,
+        out_features=desc.n,
+        transpose_weight=desc.transpose_weight,
+        alpha=desc.alpha,
+        activation=desc.activation,
+    )
+
+
+def _emit_trt(desc: FCDesc, em: Emitter, ctx: Context) -> None:
+    t = desc.elem_type
+    if t not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        raise Reject(f"target trt: CustomFCPluginDynamic takes fp32/fp16, not {_TYPE_NAME[t]}")
+    g = ctx.graph
+    value = g.constant_value(desc.w, max_elements=1 << 62)  # the plugin bakes W: read it here
+    if desc.transpose_weight:
+        value = value.T
+    if desc.alpha != 1.0:
+        value = value.astype(np.float64) * desc.alpha
+    weights = numpy_helper.from_array(np.ascontiguousarray(value.astype(_np_type(t))), "W")
+
+    x = _input(desc, em)
+    rows = em.node("Reshape", [x, em.const("fc_in_shape", np.array([-1, 1, desc.k, 1, 1], np.int64))])[0]
+    y = em.plugin(
+        specs.TRT_FC,
+        [rows],
+        em.name("CustomFCPluginDynamic_out"),
+        t,
+        out_dims=desc.n,
+        type_id=0 if t == TensorProto.FLOAT else 1,
+        W=weights,
+    )
+    y = em.node("Reshape", [y, _output_shape(desc, em, ctx, x)])[0]
+    if desc.bias is not None:
+        y = em.node("Add", [y, _bias_vector(desc, em, ctx)])[0]
+    _activation_nodes(desc.activation, y, t, em, ctx)
+
+
+def _emit_onnx(desc: FCDesc, em: Emitter, ctx: Context) -> None:
+    if desc.kind == "gemm":
+        raise Reject("target onnx: already a standard Gemm")
+    if desc.activation != "none":
+        raise Reject("target onnx: the activation stays a separate node (the MatMul + Add before it is rewritten alone)")
+    if desc.bias is None:
+        raise Reject("target onnx: a MatMul without bias is already standard ONNX")
+    g = ctx.graph
+    bshape = tuple(g.constant_shape(desc.bias))
+    # Gemm's C broadcasts unidirectionally to [M, N]: the bias goes in as it is where it can.
+    if len(bshape) <= 2 and all(d == 1 for d in bshape[:-1]):
+        bias = desc.bias.name
+    else:
+        bias = _bias_vector(desc, em, ctx)
+    attrs = {"transB": 1} if desc.transpose_weight else {}
+    if desc.rank == 2:
+        em.node("Gemm", [desc.x.name, desc.w.name, bias], **attrs)
+        return
+    rows = em.node("Reshape", [desc.x.name, em.const("fc_in_shape", np.array([-1, desc.k], np.int64))])[0]
+    y = em.node("Gemm", [rows, desc.w.name, bias], **attrs)[0]
+    em.node("Reshape", [y, _output_shape(desc, em, ctx, desc.x.name)])
+
+
+def _input(desc: FCDesc, em: Emitter) -> str:
+    if desc.trans_a:
+        return em.node("Transpose", [desc.x.name], perm=[1, 0])[0]
+    return desc.x.name
+
+
+def _bias_vector(desc: FCDesc, em: Emitter, ctx: Context) -> str:
+    """The bias as an [N] constant of the compute type (zeros where the model has none)."""
+    g = ctx.graph
+    t = desc.elem_type
+    np_t = _np_type(t)
+    if desc.bias is None:
+        return em.const("bias", np.zeros(desc.n, np_t))
+    shape = tuple(g.constant_shape(desc.bias))
+    if shape == (desc.n,) and desc.beta == 1.0 and g.elem_type(desc.bias) == t:
+        return desc.bias.name  # already right: no copy, no read
+    value = g.constant_value(desc.bias)
+    if value is None:
+        raise Reject(f"bias {desc.bias.name!r} is too large to reshape")
+    value = np.broadcast_to(np.asarray(value).reshape(-1), (desc.n,))
+    if desc.beta != 1.0:
+        value = value.astype(np.float64) * desc.beta
+    return em.const("bias", np.ascontiguousarray(value.astype(np_t)))
+
+
+def _output_shape(desc: FCDesc, em: Emitter, ctx: Context, x: str) -> str:
+    """Shape of the FC output: x's leading dims and N."""
+    if desc.rank == 2:
+        return em.const("fc_out_shape", np.array([-1, desc.n], np.int64))
+    shape = em.node("Shape", [x])[0]
+    if ctx.opset >= 10:
+        lead = em.node(
+            "Slice",
+            [shape, em.const("lead_start", np.array([0], np.int64)), em.const("lead_end", np.array([-1], np.int64))],
+        )[0]
+    else:
+        lead = em.node("Slice", [shape], starts=[0], ends=[-1], axes=[0])[0]
+    return em.node("Concat", [lead, em.const("out_features", np.array([desc.n], np.int64))], axis=0)[0]
+
+
+def _activation_nodes(activation: str, y: str, t: int, em: Emitter, ctx: Context) -> str:
+    """Standard nodes computing ``activation(y)`` (the trt target's epilogue)."""
+    if activation == "none":
+        return y
+    if activation == "relu":
+        return em.node("Relu", [y])[0]
+    if ctx.opset >= 20:
+        return em.node("Gelu", [y], approximate="none" if activation == "gelu_erf" else "tanh")[0]
+    np_t = _np_type(t)
+
+    def c(hint: str, v: float) -> str:
+        return em.const(hint, np.array(v, np_t))
+
+    if activation == "gelu_erf":
+        inner = em.node("Erf", [em.node("Mul", [y, c("inv_sqrt2", 1.0 / SQRT2)])[0]])[0]
+    else:
+        cubed = em.node("Mul", [em.node("Mul", [y, y])[0], y])[0]
+        arg = em.node("Add", [y, em.node("Mul", [cubed, c("cubic", 0.044715)])[0]])[0]
+        inner = em.node("Tanh", [em.node("Mul", [arg, c("tanh_scale", math.sqrt(2.0 / math.pi))])[0]])[0]
+    one_plus = em.node("Add", [inner, c("one", 1.0)])[0]
+    return em.node("Mul", [em.node("Mul", [y, c("half", 0.5)])[0], one_plus])[0]
+
+
+class GemmRule(Rule):
+    name = "gemm"
+    pass_name = "gemm"
+    pattern = PATTERN
+    min_progress = 3
+    doc = "Gemm | MatMul (+ Add bias) (+ Relu / Gelu / erf- or tanh-GELU) → FusedFC"
+
+    def check(self, m, ctx):
+        return analyze(m, ctx)
+
+    def rewrite(self, desc, em, ctx):
+        emit(desc, em, ctx)
+
+
+RULE = GemmRule()
