@@ -27,17 +27,19 @@ def fuse(
     validate: bool = True,
     base_dir: str | None = None,
     passes: Sequence[str] | None = None,
+    inplace: bool = False,
 ) -> onnx.ModelProto | gs.Graph:
     """Fuse every supported pattern of the selected passes (default: all); returns the same kind it was given.
 
     ``target``: "plugin" (this project's plugins, default), "trt" (TensorRT's shipped
     plugins) or "onnx" (standard ops).  ``functions``: attach a model-local ONNX function to
-    each custom op so onnxruntime can run the fused model.  A path comes back as a ModelProto
+    each custom op so onnxruntime can run the fused model.  ``inplace``: edit the given
+    ModelProto instead of a copy (saves copying the weights).  A path comes back as a ModelProto
     with its external data loaded, as ``onnx.load`` would; use :func:`fuse_file` to keep
     weights on disk.  An unmodified model is returned as is.
     """
     chosen = passes if passes is not None else passes_
-    result = run(model, chosen, target=target, functions=functions, validate=validate, base_dir=base_dir)
+    result = run(model, chosen, target=target, functions=functions, validate=validate, base_dir=base_dir, inplace=inplace)
     return result.model
 
 
@@ -65,6 +67,7 @@ def run(
     validate: bool = True,
     dry_run: bool = False,
     base_dir: str | None = None,
+    inplace: bool = False,
 ) -> PassResult:
     """Fuse and return the full result (model, fusions, near-misses, warnings)."""
     rules = passes.rules_for(pass_names)
@@ -77,10 +80,13 @@ def run(
             result.model = model
         return result
     if isinstance(model, onnx.ModelProto):
-        return passes.run(model, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run)
+        return passes.run(
+            model, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run, inplace=inplace
+        )
     loaded = model_io.load(model)
     result = passes.run(
-        loaded.proto, rules, target, base_dir=loaded.base_dir, functions=functions, validate=validate, dry_run=dry_run
+        loaded.proto, rules, target, base_dir=loaded.base_dir, functions=functions, validate=validate, dry_run=dry_run,
+        inplace=True,
     )
     if not dry_run and model_io.external_tensors(result.model):
         onnx.load_external_data_for_model(result.model, loaded.base_dir)
@@ -102,7 +108,16 @@ def fuse_file(
     """
     rules = passes.rules_for(pass_names)
     loaded = model_io.load(src)
-    result = passes.run(loaded.proto, rules, target, base_dir=loaded.base_dir, functions=functions, validate=validate)
+    result = passes.run(
+        loaded.proto,
+        rules,
+        target,
+        base_dir=loaded.base_dir,
+        functions=functions,
+        validate=validate,
+        inplace=True,  # the proto was just read: no one else holds it
+        reload=lambda: model_io.load(src).proto,
+    )
     model_io.save(result.model, dst, source_dir=loaded.base_dir)
     return result
 

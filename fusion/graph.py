@@ -1,10 +1,10 @@
-"""The model as the passes see it: onnx-graphsurgeon graphs for matching, protos for editing.
+"""The model as the passes see it: a graph view for matching, the protos for editing.
 
-Matching runs on onnx-graphsurgeon's IR (producers and consumers are one attribute away).
-Rewrites are applied to the original ``ModelProto`` instead of re-exporting the gs graph, so
-everything a pass does not touch (node order, doc strings, metadata, sparse or unused
-initializers, external-data references) comes out byte for byte as it went in.  Each gs node
-therefore keeps a link to the NodeProto it was imported from.
+Matching runs on a view with onnx-graphsurgeon's interface (fusion.ir: producers and
+consumers are one attribute away).  Rewrites are applied to the original ``ModelProto``
+instead of re-exporting a graph, so everything a pass does not touch (node order, doc strings,
+metadata, sparse or unused initializers, external-data references) comes out byte for byte as
+it went in.  Each view node keeps the NodeProto it was read from.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Iterator
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 
+from . import ir
 from .errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ MAX_CONST_READ = 1 << 16
 
 
 def elem_type_of(dtype) -> int | None:
-    """gs stores numpy dtypes, or ONNX enums for types numpy lacks (bfloat16)."""
+    """An ONNX element type from an enum or a numpy dtype (as onnx-graphsurgeon stores them)."""
     if dtype is None:
         return None
     if isinstance(dtype, (int, np.integer)):
@@ -55,7 +55,7 @@ class Scope:
 
     kind: str  # "graph" | "subgraph" | "function"
     path: str  # for reports: "main", "main/If_0.then_branch", "function trt.plugins::Foo"
-    ir: gs.Graph | gs.Function
+    ir: ir.Graph
     proto: onnx.GraphProto | onnx.FunctionProto
     opset: int
     parent: "Scope | None" = None
@@ -70,71 +70,53 @@ class Scope:
 
 @dataclass
 class ModelGraph:
-    """A ModelProto with its gs import and the links between the two."""
+    """A ModelProto with its graph view, one Scope per node list."""
 
     proto: onnx.ModelProto
     base_dir: str | None = None  # where external data is resolved; None: in memory only
     scopes: list[Scope] = field(default_factory=list)
-    _node_proto: dict[int, tuple[Scope, onnx.NodeProto]] = field(default_factory=dict)
-    _node_index: dict[int, int] = field(default_factory=dict)
     _names: set[str] | None = None
     _shapes_inferred: bool = False
 
     @classmethod
     def from_proto(cls, proto: onnx.ModelProto, base_dir: str | None = None, skip_functions=()) -> "ModelGraph":
-        """Import ``proto``; functions whose (domain, name) is in ``skip_functions`` are not scanned."""
-        try:
-            graph = gs.import_onnx(proto)
-        except Exception as e:  # gs raises bare exceptions on malformed graphs
-            raise ModelLoadError(f"cannot import the graph: {_one_line(e)}") from e
+        """Read ``proto``; functions whose (domain, name) is in ``skip_functions`` are not scanned."""
         mg = cls(proto=proto, base_dir=base_dir)
         opset = default_opset(proto.opset_import)
-        mg._add_scope("graph", "main", graph, proto.graph, opset, None, ("graph",))
-        functions = {(f.domain, f.name): f for f in graph.functions}
+        mg._add_scope("graph", "main", ir.import_graph(proto.graph), opset, None, ("graph",))
         for k, fproto in enumerate(proto.functions):
             if (fproto.domain, fproto.name) in skip_functions:
                 continue
-            fir = functions.get((fproto.domain, fproto.name))
-            if fir is None:
-                continue
             fopset = default_opset(fproto.opset_import) or opset
             path = f"function {fproto.domain}::{fproto.name}"
-            mg._add_scope("function", path, fir, fproto, fopset, None, ("function", k))
+            mg._add_scope("function", path, ir.import_function(fproto), fopset, None, ("function", k))
         return mg
 
-    def _add_scope(self, kind, path, ir, proto, opset, parent, locator) -> None:
-        out_names = frozenset(t.name for t in ir.outputs)
-        scope = Scope(kind, path, ir, proto, opset, parent, out_names, locator)
+    def _add_scope(self, kind, path, graph: ir.Graph, opset, parent, locator) -> None:
+        out_names = frozenset(t.name for t in graph.outputs)
+        scope = Scope(kind, path, graph, graph.proto, opset, parent, out_names, locator)
         self.scopes.append(scope)
-        if len(ir.nodes) != len(proto.node):
-            raise ModelLoadError(f"{path}: graph import lost nodes ({len(ir.nodes)} of {len(proto.node)})")
-        for i, (node, nproto) in enumerate(zip(ir.nodes, proto.node)):
-            self._node_proto[id(node)] = (scope, nproto)
-            self._node_index[id(node)] = i
-            for attr in nproto.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    sub = node.attrs.get(attr.name)
-                    if isinstance(sub, gs.Graph):
-                        label = node.name or node.op
-                        where = f"{path}/{label}.{attr.name}"
-                        self._add_scope("subgraph", where, sub, attr.g, opset, scope, locator + (i, attr.name, 0))
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    subs = node.attrs.get(attr.name) or []
-                    for j, (sub, g) in enumerate(zip(subs, attr.graphs)):
-                        label = node.name or node.op
-                        where = f"{path}/{label}.{attr.name}[{j}]"
-                        self._add_scope("subgraph", where, sub, g, opset, scope, locator + (i, attr.name, j))
+        for node in graph.nodes:
+            node.scope = scope
+            for attr_name, subs in node.subgraphs.items():
+                label = node.name or node.op
+                for j, sub in enumerate(subs):
+                    where = f"{path}/{label}.{attr_name}" + (f"[{j}]" if len(subs) > 1 else "")
+                    self._add_scope("subgraph", where, sub, opset, scope, locator + (node.index, attr_name, j))
 
     # -- links --------------------------------------------------------------------------
-    def node_proto(self, node: gs.Node) -> onnx.NodeProto:
-        return self._node_proto[id(node)][1]
+    @staticmethod
+    def node_proto(node: ir.Node) -> onnx.NodeProto:
+        return node.proto
 
-    def node_index(self, node: gs.Node) -> int:
+    @staticmethod
+    def node_index(node: ir.Node) -> int:
         """Position of ``node`` in its container's node list."""
-        return self._node_index[id(node)]
+        return node.index
 
-    def scope_of(self, node: gs.Node) -> Scope:
-        return self._node_proto[id(node)][0]
+    @staticmethod
+    def scope_of(node: ir.Node) -> Scope:
+        return node.scope
 
     # -- names --------------------------------------------------------------------------
     def all_names(self) -> set[str]:
@@ -167,36 +149,33 @@ class ModelGraph:
         return name
 
     # -- constants ----------------------------------------------------------------------
-    def constant_proto(self, t: gs.Tensor) -> onnx.TensorProto | None:
+    def constant_proto(self, t: ir.Tensor) -> onnx.TensorProto | None:
         """The TensorProto behind a constant tensor (an initializer or a Constant node), else None."""
-        if isinstance(t, gs.Constant):
-            vals = t._values
-            if isinstance(vals, gs.ir.tensor.LazyValues):
-                return vals.tensor
-            return numpy_helper.from_array(np.asarray(vals), t.name)
+        if t.const is not None:
+            return t.const
         if len(t.inputs) == 1:
             node = t.inputs[0]
-            if node.op == "Constant" and node.domain in (None, "", "ai.onnx"):
-                return _constant_node_value(self.node_proto(node))
-            if node.op == "Identity" and node.domain in (None, "", "ai.onnx") and node.inputs:
+            if node.op == "Constant" and node.domain in ("", "ai.onnx"):
+                return _constant_node_value(node.proto)
+            if node.op == "Identity" and node.domain in ("", "ai.onnx") and node.inputs:
                 return self.constant_proto(node.inputs[0])
         return None
 
-    def is_constant(self, t: gs.Tensor) -> bool:
+    def is_constant(self, t: ir.Tensor) -> bool:
         return self.constant_proto(t) is not None
 
-    def constant_shape(self, t: gs.Tensor) -> tuple[int, ...] | None:
+    def constant_shape(self, t: ir.Tensor) -> tuple[int, ...] | None:
         p = self.constant_proto(t)
         return None if p is None else tuple(p.dims)
 
-    def constant_value(self, t: gs.Tensor, max_elements: int = MAX_CONST_READ) -> np.ndarray | None:
+    def constant_value(self, t: ir.Tensor, max_elements: int = MAX_CONST_READ) -> np.ndarray | None:
         """Read a constant's value; None if it is not constant or too big to read for matching."""
         p = self.constant_proto(t)
         if p is None or int(np.prod(p.dims, dtype=np.int64)) > max_elements:
             return None
         return read_tensor(p, self.base_dir)
 
-    def scalar(self, t: gs.Tensor) -> float | None:
+    def scalar(self, t: ir.Tensor) -> float | None:
         """The value of a one-element constant, else None."""
         v = self.constant_value(t, max_elements=1)
         if v is None or v.size != 1:
@@ -204,22 +183,23 @@ class ModelGraph:
         return float(v.reshape(()).astype(np.float64))
 
     # -- types and shapes ---------------------------------------------------------------
-    def elem_type(self, t: gs.Tensor) -> int | None:
+    def elem_type(self, t: ir.Tensor, infer: bool = True) -> int | None:
+        """The element type; ``infer``: run shape inference (once per model) if it is not annotated."""
         p = self.constant_proto(t)
         if p is not None:
             return p.data_type
         et = elem_type_of(t.dtype)
-        if et is None:
+        if et is None and infer:
             self._infer_shapes()
             et = elem_type_of(t.dtype)
         return et
 
-    def shape(self, t: gs.Tensor) -> list | None:
+    def shape(self, t: ir.Tensor, infer: bool = True) -> list | None:
         """Dims as ints (static) or strings/None (dynamic); None when even the rank is unknown."""
         p = self.constant_proto(t)
         if p is not None:
             return list(p.dims)
-        if t.shape is None:
+        if t.shape is None and infer:
             self._infer_shapes()
         return None if t.shape is None else list(t.shape)
 
@@ -229,7 +209,7 @@ class ModelGraph:
             return
         self._shapes_inferred = True
         try:
-            inferred = onnx.shape_inference.infer_shapes(self.proto, strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(_weightless(self.proto), strict_mode=False)
         except Exception as e:  # inference is best effort: patterns then see unknown shapes
             log.debug("shape inference failed: %s", e)
             return
@@ -240,23 +220,48 @@ class ModelGraph:
         for scope in self.scopes:
             if scope.is_function:
                 continue
-            for t in scope.ir.tensors().values():
+            for t in scope.ir.tensors.values():
                 vi = infos.get(t.name)
-                if vi is None or isinstance(t, gs.Constant) or not vi.type.HasField("tensor_type"):
+                if vi is None or t.const is not None or not vi.type.HasField("tensor_type"):
                     continue
-                tt = vi.type.tensor_type
-                if t.dtype is None and tt.elem_type:
-                    t.dtype = gs.importers.onnx_importer.get_numpy_type(tt.elem_type) or tt.elem_type
-                if t.shape is None and tt.HasField("shape"):
-                    t.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+                known = ir._from_info(vi)
+                t.dtype = t.dtype or known.dtype
+                if t.shape is None:
+                    t.shape = known.shape
 
-    def nodes(self) -> Iterator[tuple[Scope, gs.Node]]:
+    def nodes(self) -> Iterator[tuple[Scope, ir.Node]]:
         for scope in self.scopes:
             for node in scope.ir.nodes:
                 yield scope, node
 
 
-def producer(t: gs.Tensor) -> gs.Node | None:
+def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with large initializers marked external: shape inference never reads
+    weights, and serializing it for the C++ inference costs nothing."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g, src = light.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    for t in src.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() < 4096:
+            g.initializer.append(t)
+            continue
+        stub = g.initializer.add()
+        stub.name, stub.data_type = t.name, t.data_type
+        stub.dims.extend(t.dims)
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        entry = stub.external_data.add()
+        entry.key, entry.value = "location", "weights.not.loaded"
+    return light
+
+
+def producer(t: ir.Tensor) -> ir.Node | None:
     return t.inputs[0] if len(t.inputs) == 1 else None
 
 

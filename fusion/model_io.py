@@ -18,6 +18,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import InvalidGraphError, ModelLoadError, OutputError, UnsupportedModelError
+from . import ir
 from .graph import default_opset
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,8 @@ def check_external_data(proto: onnx.ModelProto, base_dir: str, path: Path | None
             raise ModelLoadError(f"{where}external data file {loc!r} is shorter than tensor {t.name!r} needs")
 
 
-def check_supported(proto: onnx.ModelProto) -> None:
-    """IR and opset versions this library knows; a graph that is a DAG with unique names."""
+def check_versions(proto: onnx.ModelProto) -> None:
+    """IR and default-domain opset versions this library knows."""
     ir_max = onnx.IR_VERSION
     if not MIN_IR_VERSION <= proto.ir_version <= ir_max:
         raise UnsupportedModelError(
@@ -105,73 +106,65 @@ def check_supported(proto: onnx.ModelProto) -> None:
         raise UnsupportedModelError(
             f"default-domain opset {opset or 'missing'} is not supported (this library handles {MIN_OPSET}..{op_max})"
         )
-    check_graph(proto.graph, outer=set(), where="graph")
 
 
-def check_graph(g: onnx.GraphProto, outer: set[str], where: str) -> None:
-    """Reject duplicate names, dangling inputs and cycles (recursing into subgraphs)."""
-    if not g.node and where == "graph":
+def check_graph(g: ir.Graph, where: str = "graph") -> None:
+    """Reject duplicate definitions, dangling inputs and cycles, in ``g`` and its subgraphs."""
+    if where == "graph" and not g.nodes:
         raise InvalidGraphError("the graph has no nodes")
-    produced = Counter(o for n in g.node for o in n.output if o)
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
-    defined |= {t.values.name for t in g.sparse_initializer}
-    dup = [name for name, c in produced.items() if c > 1] + sorted(defined & set(produced))
+    for t in g.tensors.values():
+        if len(t.inputs) > 1 or (t.inputs and t.name in g.defined):
+            raise InvalidGraphError(f"{where}: value {t.name!r} is defined more than once")
+        if not t.inputs and t.name not in g.defined:
+            user = t.outputs[0] if t.outputs else None
+            if user is not None:
+                raise InvalidGraphError(f"{where}: node {user.name or user.op!r} reads {t.name!r}, which nothing defines")
+            raise InvalidGraphError(f"{where}: output {t.name!r} is not computed by the graph")
+    names = Counter(n.name for n in g.nodes if n.name)
+    dup = next((n for n, c in names.items() if c > 1), None)
     if dup:
-        raise InvalidGraphError(f"{where}: value {dup[0]!r} is defined more than once")
-    node_names = Counter(n.name for n in g.node if n.name)
-    dup_nodes = [n for n, c in node_names.items() if c > 1]
-    if dup_nodes:
-        log.warning("%s: node name %r is used more than once", where, dup_nodes[0])
-    visible = outer | defined | set(produced)
-    for n in g.node:
-        for i in n.input:
-            if i and i not in visible:
-                raise InvalidGraphError(f"{where}: node {n.name or n.op_type!r} reads {i!r}, which nothing defines")
-    for o in g.output:
-        if o.name not in visible:
-            raise InvalidGraphError(f"{where}: output {o.name!r} is not computed by the graph")
-    _check_acyclic(g, defined | outer, where)
-    for n in g.node:
-        for a in n.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        log.warning("%s: node name %r is used more than once", where, dup)
+    _check_acyclic(g, where)
+    for n in g.nodes:
+        for attr, subs in n.subgraphs.items():
             for sub in subs:
-                check_graph(sub, visible, f"{where}/{n.name or n.op_type}.{a.name}")
+                check_graph(sub, f"{where}/{n.name or n.op}.{attr}")
 
 
-def _check_acyclic(g: onnx.GraphProto, available: set[str], where: str) -> None:
-    """Kahn's algorithm over this graph's nodes (implicit subgraph inputs count as inputs)."""
-    producer = {o: i for i, n in enumerate(g.node) for o in n.output if o}
-    deps: list[set[int]] = []
-    for n in g.node:
-        names = set(n.input) | _implicit_inputs(n)
-        deps.append({producer[x] for x in names if x in producer})
-    users: dict[int, list[int]] = {}
-    for i, d in enumerate(deps):
-        for j in d:
-            users.setdefault(j, []).append(i)
-    pending = [len(d) for d in deps]
+def _check_acyclic(g: ir.Graph, where: str) -> None:
+    """Kahn's algorithm; what a node's subgraphs read from this graph counts as its input."""
+    index = {id(n): i for i, n in enumerate(g.nodes)}
+    pending = [0] * len(g.nodes)
+    users: list[list[int]] = [[] for _ in g.nodes]
+    for i, n in enumerate(g.nodes):
+        deps = set()
+        for t in _reads(n):
+            if t.inputs and id(t.inputs[0]) in index:
+                deps.add(index[id(t.inputs[0])])
+        pending[i] = len(deps)
+        for j in deps:
+            users[j].append(i)
     ready = [i for i, c in enumerate(pending) if c == 0]
     done = 0
     while ready:
         i = ready.pop()
         done += 1
-        for u in users.get(i, ()):
+        for u in users[i]:
             pending[u] -= 1
             if pending[u] == 0:
                 ready.append(u)
-    if done != len(g.node):
-        stuck = next(g.node[i] for i, c in enumerate(pending) if c > 0)
-        raise InvalidGraphError(f"{where}: the graph has a cycle through node {stuck.name or stuck.op_type!r}")
+    if done != len(g.nodes):
+        stuck = next(g.nodes[i] for i, c in enumerate(pending) if c > 0)
+        raise InvalidGraphError(f"{where}: the graph has a cycle through node {stuck.name or stuck.op!r}")
 
 
-def _implicit_inputs(n: onnx.NodeProto) -> set[str]:
-    out: set[str] = set()
-    for a in n.attribute:
-        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-            for m in sub.node:
-                out.update(m.input)
-                out |= _implicit_inputs(m)
-    return out
+def _reads(n: ir.Node):
+    yield from n.inputs
+    for subs in n.subgraphs.values():
+        for sub in subs:
+            for g in sub.walk():
+                for m in g.nodes:
+                    yield from m.inputs
 
 
 def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None = None) -> None:

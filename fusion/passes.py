@@ -13,15 +13,15 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import onnx
-import onnx_graphsurgeon as gs
 
 from . import specs
 from .errors import FusionError
+from .ir import Node, Tensor
 from .graph import ModelGraph, Scope
-from .model_io import check_supported, external_tensors
+from .model_io import check_graph, check_versions, external_tensors
 from .pattern import Failure, Match, Matcher
 from .rewrite import Editor, Emitter, Reject
 from .rules import TARGETS, Context, Rule
@@ -83,16 +83,24 @@ def run(
     functions: bool = True,
     validate: bool = True,
     dry_run: bool = False,
+    inplace: bool = False,
+    reload: Callable[[], onnx.ModelProto] | None = None,
     options: dict | None = None,
 ) -> PassResult:
-    """Apply ``rules`` to ``model`` (not modified); see the module doc."""
+    """Apply ``rules`` to ``model``; see the module doc.
+
+    ``model`` is left as it was unless ``inplace`` (which saves copying the weights); then
+    ``reload`` gives the original back, should the output fail validation, to tell whose
+    fault that is.
+    """
     t0 = time.perf_counter()
     # requires
     if target not in TARGETS:
         raise FusionError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
-    check_supported(model)
+    check_versions(model)
     ours = {(s.domain, s.op_type) for s in specs.SPECS}
     graph = ModelGraph.from_proto(model, base_dir, skip_functions=ours)
+    check_graph(graph.scopes[0].ir)
 
     # call
     editor = Editor(graph)
@@ -105,10 +113,13 @@ def run(
             by_op.setdefault(op, []).append(r)
     for scope in graph.scopes:
         ctx = Context(graph, scope, target, dict(options or {}))
+        near = _NearSignature(scope)
         for node in reversed(scope.ir.nodes):
             if id(node) in claimed:
                 continue
             for rule in by_op.get(node.op, ()):
+                if not near.within(rule, node):
+                    continue
                 outcome = _try(rule, node, ctx, editor, claimed)
                 if isinstance(outcome, Fusion):
                     fusions.append(outcome)
@@ -119,15 +130,47 @@ def run(
 
     if dry_run or not editor.modified:
         return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0)
-    out, warnings = editor.apply(with_functions=functions)
+    out, warnings = editor.apply(with_functions=functions, inplace=inplace)
 
     # ensures
     if validate:
-        _validate(out, model, base_dir)
+        _validate(out, reload if inplace else (lambda: model), base_dir)
     return PassResult(out, True, fusions, misses, warnings, time.perf_counter() - t0)
 
 
-def _try(rule: Rule, root: gs.Node, ctx: Context, editor: Editor, claimed: set[int]) -> Fusion | NearMiss | None:
+class _NearSignature:
+    """Which nodes lie within a rule's reach below one of its signature ops (per scope, lazily)."""
+
+    def __init__(self, scope: Scope):
+        self.scope = scope
+        self.sets: dict[tuple, set[int]] = {}
+
+    def within(self, rule: Rule, node: Node) -> bool:
+        reach = rule.reach
+        if reach is None:
+            return True
+        key = (rule.signature, reach)
+        near = self.sets.get(key)
+        if near is None:
+            near = self.sets[key] = self._forward(rule.signature, reach)
+        return id(node) in near
+
+    def _forward(self, signature: frozenset[str], reach: int) -> set[int]:
+        frontier = [n for n in self.scope.ir.nodes if n.op in signature]
+        seen = {id(n) for n in frontier}
+        for _ in range(reach):
+            nxt = []
+            for n in frontier:
+                for t in n.outputs:
+                    for c in t.outputs:
+                        if id(c) not in seen and c.scope is self.scope:
+                            seen.add(id(c))
+                            nxt.append(c)
+            frontier = nxt
+        return seen
+
+
+def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]) -> Fusion | NearMiss | None:
     matcher = Matcher(ctx.graph, claimed)
     best: Failure | None = None
     best_nodes: tuple = ()
@@ -166,7 +209,7 @@ def _try(rule: Rule, root: gs.Node, ctx: Context, editor: Editor, claimed: set[i
     return NearMiss(rule.name, ctx.scope.path, root.name or root.op, best.reason, best.progress, ids)
 
 
-def _contained(m: Match, scope: Scope) -> list[gs.Node]:
+def _contained(m: Match, scope: Scope) -> list[Node]:
     """The safety rule: intermediates are read only inside the match and are not outputs.
 
     A node outside the match that reads an intermediate is tolerated only when everything it
@@ -174,7 +217,7 @@ def _contained(m: Match, scope: Scope) -> list[gs.Node]:
     then removed with the match.  Returns the nodes to remove.
     """
     inside = {id(n) for n in m.all_nodes}
-    extra: list[gs.Node] = []
+    extra: list[Node] = []
     for n in m.all_nodes:
         if n is m.root:
             continue
@@ -187,16 +230,15 @@ def _contained(m: Match, scope: Scope) -> list[gs.Node]:
     return m.all_nodes + extra
 
 
-def _feeds_back(node: gs.Node, inside: set[int], scope: Scope, extra: list[gs.Node], budget: int = 16) -> bool:
+def _feeds_back(node: Node, inside: set[int], scope: Scope, extra: list[Node], budget: int = 16) -> bool:
     """Whether all of ``node``'s results are read only by the match (then it joins ``extra``)."""
-    seen: list[gs.Node] = []
+    seen: list[Node] = []
     stack = [node]
-    scope_nodes = {id(n) for n in scope.ir.nodes}
     while stack:
         n = stack.pop()
         if id(n) in inside or any(n is s for s in seen):
             continue
-        if len(seen) >= budget or id(n) not in scope_nodes or any(isinstance(v, gs.Graph) for v in n.attrs.values()):
+        if len(seen) >= budget or n.scope is not scope or n.subgraphs:
             return False
         seen.append(n)
         for t in n.outputs:
@@ -257,14 +299,17 @@ def _describe(n: onnx.NodeProto) -> dict:
     }
 
 
-def _validate(out: onnx.ModelProto, original: onnx.ModelProto, base_dir: str | None) -> None:
+def _validate(out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | None, base_dir: str | None) -> None:
     """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes."""
     errors = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
     try:
         _check(out, base_dir)
     except errors as e:
+        if original is None:
+            log.warning("the fused model fails onnx.checker (the input was fused in place, so it is unknown whether it did too): %s", _first(e))
+            return
         try:
-            _check(original, base_dir)
+            _check(original(), base_dir)
         except errors:
             log.warning("the input model already fails onnx.checker; the fused model does too: %s", _first(e))
             return

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import onnx_graphsurgeon as gs
 
+from .ir import Node, Tensor
 from .graph import ModelGraph, producer
 
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Equal"})
@@ -63,7 +63,7 @@ class Op(Pattern):
         *inputs: Pattern,
         name: str | None = None,
         commute: bool | None = None,
-        where: Callable[[gs.Node], str | None] | None = None,
+        where: Callable[[Node], str | None] | None = None,
         quiet: bool = False,
     ):
         self.op_type = op_type
@@ -100,10 +100,10 @@ class Opt(Pattern):
 class Match:
     """A successful structural match: what each named pattern bound to."""
 
-    root: gs.Node
-    nodes: dict[str, gs.Node]
-    tensors: dict[str, gs.Tensor]
-    all_nodes: list[gs.Node]  # every matched node, duplicates included, root first
+    root: Node
+    nodes: dict[str, Node]
+    tensors: dict[str, Tensor]
+    all_nodes: list[Node]  # every matched node, duplicates included, root first
 
     def __getitem__(self, name: str):
         if name in self.nodes:
@@ -122,21 +122,21 @@ class Match:
 
 @dataclass
 class _State:
-    nodes: dict[int, gs.Node] = field(default_factory=dict)  # id(Op pattern) -> node
-    tensors: dict[int, gs.Tensor] = field(default_factory=dict)  # id(Var/Const) -> tensor
+    nodes: dict[int, Node] = field(default_factory=dict)  # id(Op pattern) -> node
+    tensors: dict[int, Tensor] = field(default_factory=dict)  # id(Var/Const) -> tensor
     order: tuple = ()  # matched nodes in match order (duplicates included)
 
-    def with_node(self, p: Op, node: gs.Node) -> "_State":
+    def with_node(self, p: Op, node: Node) -> "_State":
         nodes = dict(self.nodes)
         nodes[id(p)] = node
         return _State(nodes, self.tensors, self.order + (node,))
 
-    def with_tensor(self, p: Pattern, t: gs.Tensor) -> "_State":
+    def with_tensor(self, p: Pattern, t: Tensor) -> "_State":
         tensors = dict(self.tensors)
         tensors[id(p)] = t
         return _State(self.nodes, tensors, self.order)
 
-    def with_extra(self, extra: list[gs.Node]) -> "_State":
+    def with_extra(self, extra: list[Node]) -> "_State":
         return _State(self.nodes, self.tensors, self.order + tuple(extra))
 
 
@@ -156,7 +156,7 @@ class Matcher:
         self.best_nodes: tuple = ()  # the nodes bound when the best failure happened
 
     # -- entry point --------------------------------------------------------------------
-    def match(self, pattern: Pattern, root: gs.Node) -> Iterator[Match]:
+    def match(self, pattern: Pattern, root: Node) -> Iterator[Match]:
         """Yield every structural match of ``pattern`` whose root is ``root``'s first output."""
         self.best, self.best_nodes = None, ()
         if not root.outputs:
@@ -180,7 +180,7 @@ class Matcher:
             self.best_nodes = st.order
 
     # -- recursion ----------------------------------------------------------------------
-    def _match(self, p: Pattern, t: gs.Tensor, st: _State) -> Iterator[_State]:
+    def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
         if isinstance(p, Alt):
             for o in p.options:
                 yield from self._match(o, t, st)
@@ -204,7 +204,7 @@ class Matcher:
         else:
             raise TypeError(f"not a pattern: {p!r}")
 
-    def _bind_tensor(self, p: Pattern, t: gs.Tensor, st: _State) -> Iterator[_State]:
+    def _bind_tensor(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
         bound = st.tensors.get(id(p))
         if bound is None:
             yield st.with_tensor(p, t)
@@ -213,7 +213,7 @@ class Matcher:
         else:
             self.fail(st, f"{getattr(p, 'name', p)!r} reached as both {bound.name!r} and {t.name!r}")
 
-    def _match_op(self, p: Op, t: gs.Tensor, st: _State) -> Iterator[_State]:
+    def _match_op(self, p: Op, t: Tensor, st: _State) -> Iterator[_State]:
         node = producer(t)
         if node is None:
             if not p.quiet:
@@ -269,7 +269,7 @@ class Matcher:
             yield from self._match_all(rest, s)
 
 
-def _equivalent(graph: ModelGraph, a: gs.Node, b: gs.Node, depth: int = 3) -> list[gs.Node] | None:
+def _equivalent(graph: ModelGraph, a: Node, b: Node, depth: int = 3) -> list[Node] | None:
     """If ``b`` computes exactly what ``a`` does, the nodes that make ``b`` (for removal), else None."""
     if a.op != b.op or a.domain != b.domain or len(a.inputs) != len(b.inputs) or a.attrs != b.attrs:
         return None
@@ -287,7 +287,7 @@ def _equivalent(graph: ModelGraph, a: gs.Node, b: gs.Node, depth: int = 3) -> li
     return extra
 
 
-def _same_constant(graph: ModelGraph, a: gs.Tensor, b: gs.Tensor) -> bool:
+def _same_constant(graph: ModelGraph, a: Tensor, b: Tensor) -> bool:
     va, vb = graph.constant_value(a, 64), graph.constant_value(b, 64)
     return va is not None and vb is not None and va.dtype == vb.dtype and va.shape == vb.shape and (va == vb).all()
 
@@ -318,7 +318,7 @@ def _names(p: Pattern) -> dict[str, dict[int, str]]:
     return out
 
 
-def _unique(nodes) -> list[gs.Node]:
+def _unique(nodes) -> list[Node]:
     seen: set[int] = set()
     out = []
     for n in nodes:
@@ -328,5 +328,5 @@ def _unique(nodes) -> list[gs.Node]:
     return out
 
 
-def _desc(t: gs.Tensor) -> str:
+def _desc(t: Tensor) -> str:
     return f"{t.name!r}"

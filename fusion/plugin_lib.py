@@ -203,7 +203,8 @@ def _package_dirs(name: str) -> list[Path]:
 
 
 def find_nvcc(nvcc: str | None = None) -> Path:
-    candidates = [nvcc, os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    """The given nvcc (only it), else $NVCC, PATH, /usr/local/cuda/bin."""
+    candidates = [nvcc] if nvcc else [os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return Path(c).absolute()
@@ -334,7 +335,8 @@ def build_library(
 ) -> Path:
     """Compile plugin_src/ into ``out_dir/libfusion_plugins.so`` (+ the describe helper).
 
-    Skips the work when sources, flags, specs and TensorRT version match the last build.
+    Skips the work when the sources, the generated spec header, archs and flags match the
+    last build's stamp (toolchain paths are not part of it, so a prebuilt folder can move).
     ``with_harness`` also builds the GPU harness (plugin_src/tools/harness.cpp).
     Raises PluginBuildError with a one-line reason.
     """
@@ -344,18 +346,20 @@ def build_library(
     header = render_spec_header()
     gencode = gencode_flags(archs)
     lib, describe, harness = out / LIB_NAME, out / DESCRIBE_NAME, out / HARNESS_NAME
-    wanted = [lib, describe] + ([harness] if with_harness else [])
     stamp = out / STAMP_NAME
     # The stamp ignores the toolchain's paths so a prebuilt folder stays valid when moved.
     key = _tree_hash(src, [header, *gencode, *_FLAGS, ",".join(EXPORTS)])
-    if stamp.is_file() and all(p.is_file() for p in wanted):
+    old: dict[str, Any] = {}
+    if stamp.is_file():
         try:
             old = json.loads(stamp.read_text())
         except ValueError:
             old = {}
-        if old.get("hash") == key and (not with_harness or old.get("harness")):
-            LOG.info("plugin library up to date: %s", lib)
-            return lib
+    lib_ok = old.get("hash") == key and lib.is_file() and describe.is_file()
+    harness_ok = lib_ok and bool(old.get("harness")) and harness.is_file()
+    if lib_ok and (harness_ok or not with_harness):
+        LOG.info("plugin library up to date: %s", lib)
+        return lib
 
     tc = find_toolchain(nvcc)
     out.mkdir(parents=True, exist_ok=True)
@@ -364,42 +368,49 @@ def build_library(
     (gen_inc / SPEC_HEADER_REL).write_text(header)
     # The fresh header shadows the committed copy (-I build/include comes first).
     includes = [f"-I{gen_inc}", f"-I{src}", *tc.includes]
-    base = [str(tc.nvcc), *_FLAGS, *includes]
-
-    obj_dir = out / "obj"
-    jobs_list = []
-    for s in library_sources(src):
-        obj = obj_dir / s.relative_to(src).with_suffix(s.suffix + ".o")
-        obj.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [*base, *(gencode if s.suffix == ".cu" else []), "-c", str(s), "-o", str(obj)]
-        jobs_list.append((cmd, f"nvcc {s.relative_to(src)}", obj))
-    LOG.info("compiling %d plugin sources with %s (%s)", len(jobs_list), tc.nvcc, " ".join(archs))
-    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
-        futures = [pool.submit(_run, cmd, what) for cmd, what, _ in jobs_list]
-        for f in futures:
-            f.result()
-
-    vscript = out / "exports.map"
-    vscript.write_text("{\n  global:\n" + "".join(f"    {e};\n" for e in EXPORTS) + "  local:\n    *;\n};\n")
-    tmp_lib = out / (LIB_NAME + ".tmp")
-    link = [
-        str(tc.nvcc), "-shared", "-cudart", "static", *gencode, "-o", str(tmp_lib),
-        *[str(o) for _, _, o in jobs_list],
-        f"-Xlinker=--version-script={vscript},--no-undefined,--exclude-libs,ALL",
-        "-ldl", "-lpthread", "-lrt",
-    ]  # fmt: skip
-    _run(link, "link " + LIB_NAME)
-    tmp_lib.replace(lib)
-
     tool_base = [str(tc.nvcc), "-std=c++17", "-O2", *includes]
-    _run([*tool_base, "-cudart", "none", str(src / "tools" / "describe.cpp"), "-o", str(describe), "-ldl"],
-         "build " + DESCRIBE_NAME)  # fmt: skip
+    if not lib_ok:
+        stamp.unlink(missing_ok=True)
+        _compile_and_link(tc, src, includes, gencode, out, jobs)
+        _run([*tool_base, "-cudart", "none", str(src / "tools" / "describe.cpp"), "-o", str(describe), "-ldl"],
+             "build " + DESCRIBE_NAME)  # fmt: skip
     if with_harness:
         _run([*tool_base, "-cudart", "static", str(src / "tools" / "harness.cpp"), "-o", str(harness), "-ldl",
               "-lpthread", "-lrt"], "build " + HARNESS_NAME)  # fmt: skip
-    stamp.write_text(json.dumps({"hash": key, "archs": list(archs), "harness": with_harness}, indent=1))
+    stamp.write_text(json.dumps({"hash": key, "archs": list(archs), "harness": with_harness or harness_ok}, indent=1))
     LOG.info("built %s", lib)
     return lib
+
+
+def _compile_and_link(tc: Toolchain, src: Path, includes: list[str], gencode: list[str], out: Path, jobs: int) -> None:
+    base = [str(tc.nvcc), *_FLAGS, *includes]
+    with tempfile.TemporaryDirectory(prefix="fusion_obj_") as tmp:
+        obj_dir = Path(tmp)
+        jobs_list = []
+        for s in library_sources(src):
+            obj = obj_dir / (str(s.relative_to(src)).replace("/", "__") + ".o")
+            cmd = [*base, *(gencode if s.suffix == ".cu" else []), "-c", str(s), "-o", str(obj)]
+            jobs_list.append((cmd, f"nvcc {s.relative_to(src)}", obj))
+        LOG.info("compiling %d plugin sources with %s", len(jobs_list), tc.nvcc)
+        with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+            futures = [pool.submit(_run, cmd, what) for cmd, what, _ in jobs_list]
+            try:
+                for f in futures:
+                    f.result()
+            except PluginBuildError:
+                pool.shutdown(cancel_futures=True)  # report the first error, skip the rest
+                raise
+        vscript = obj_dir / "exports.map"
+        vscript.write_text("{\n  global:\n" + "".join(f"    {e};\n" for e in EXPORTS) + "  local:\n    *;\n};\n")
+        tmp_lib = out / (LIB_NAME + ".tmp")
+        link = [
+            str(tc.nvcc), "-shared", "-cudart", "static", *gencode, "-o", str(tmp_lib),
+            *[str(o) for _, _, o in jobs_list],
+            f"-Xlinker=--version-script={vscript},--no-undefined,--exclude-libs,ALL",
+            "-ldl", "-lpthread", "-lrt",
+        ]  # fmt: skip
+        _run(link, "link " + LIB_NAME)
+        tmp_lib.replace(out / LIB_NAME)
 
 
 # --------------------------------------------------------------------------- describe / check
@@ -633,7 +644,8 @@ def launch_norm(
     stream: Any = None,
 ) -> str:
     """Launch the norm kernel the plugin would pick, on raw device pointers (ints; None:
-    absent).  Returns the kernel's name."""
+    absent), on `stream` (a cupy Stream / ExternalStream) or CuPy's current one.
+    Returns the kernel's name."""
     import numpy as np  # noqa: PLC0415
 
     if op == "rmsnorm":
@@ -641,16 +653,24 @@ def launch_norm(
     aligned = all(p is None or p % 16 == 0 for p in (x, gamma, beta, y))
     name, grid, block = norm_launch_config(op, dtype, rows, cols, aligned)
     fn = module.get_function(name)
-    fn((grid,), (block,), (x, gamma, beta, y, np.int64(rows), np.int32(cols), np.float32(eps)), stream=stream)
+    args = (x, gamma, beta, y, np.int64(rows), np.int32(cols), np.float32(eps))
+    if stream is None:
+        fn((grid,), (block,), args)  # CuPy's current stream
+    else:
+        with stream:  # RawKernel launches on the current stream
+            fn((grid,), (block,), args)
     return name
 
 
-def library_norm_plan(lib: Path, op: str, dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int] | None:
+def library_norm_plan(
+    lib: Path, op: str, dtype: str, rows: int, cols: int, vec_ok: bool = True
+) -> tuple[str, int, int] | None:
     """The launch the built library would make (its exported ``fusion_norm_plan``); no GPU needed."""
     dll = ctypes.CDLL(str(lib))
     fn = dll.fusion_norm_plan
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int,
-                   ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_int)]  # fmt: skip
+    c = ctypes
+    fn.argtypes = [c.c_int, c.c_int, c.c_longlong, c.c_longlong, c.c_int,
+                   c.c_char_p, c.c_int, c.POINTER(c.c_longlong), c.POINTER(c.c_int)]  # fmt: skip
     fn.restype = ctypes.c_int
     name = ctypes.create_string_buffer(64)
     grid, block = ctypes.c_longlong(), ctypes.c_int()

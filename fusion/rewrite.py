@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
 
 from . import functions, specs
+from .ir import Node, Tensor
 from .graph import ModelGraph, Scope, default_opset, walk_graph_protos
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class Editor:
         self.edits: dict[int, _Edit] = {}
         self.plugin_uses: dict[str, tuple[specs.PluginSpec, list[functions.Use], set[int]]] = {}
 
-    def commit(self, scope: Scope, removed: list[gs.Node], root: gs.Node, em: Emitter) -> None:
+    def commit(self, scope: Scope, removed: list[Node], root: Node, em: Emitter) -> None:
         edit = self.edits.setdefault(id(scope), _Edit())
         kept_outputs = set()
         for n in em.nodes:
@@ -111,11 +111,13 @@ class Editor:
     def modified(self) -> bool:
         return bool(self.edits)
 
-    def apply(self, with_functions: bool = True) -> tuple[onnx.ModelProto, list[str]]:
-        """A new ModelProto with every committed fusion applied, and any warnings."""
+    def apply(self, with_functions: bool = True, inplace: bool = False) -> tuple[onnx.ModelProto, list[str]]:
+        """The ModelProto with every committed fusion applied (a copy unless ``inplace``), and warnings."""
         warnings: list[str] = []
-        out = onnx.ModelProto()
-        out.CopyFrom(self.graph.proto)
+        out = self.graph.proto
+        if not inplace:
+            out = onnx.ModelProto()
+            out.CopyFrom(self.graph.proto)
         containers = _containers(out)
         for scope in self.graph.scopes:
             edit = self.edits.get(id(scope))

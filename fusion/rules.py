@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .graph import ModelGraph, Scope
-from .pattern import Alt, Match, Op, Pattern
+from .pattern import Alt, Match, Op, Opt, Pattern
 from .rewrite import Emitter, Reject
 
 TARGETS = ("plugin", "trt", "onnx")
@@ -58,8 +58,45 @@ class Rule:
     def root_ops(self) -> frozenset[str]:
         return frozenset(_root_ops(self.pattern))
 
+    @property
+    def reach(self) -> int | None:
+        """Every match has a signature node at most this many hops above its root (None: no bound).
+
+        The driver skips roots farther than that from any signature node: a sound filter
+        that keeps matching linear and cheap on big graphs.
+        """
+        if not self.signature:
+            return None
+        cached = self.__dict__.get("_reach")
+        if cached is None:
+            d = _distance(self.pattern, self.signature, {})
+            cached = self.__dict__["_reach"] = (None if d == _INF else d,)
+        return cached[0]
+
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
+
+
+_INF = 1 << 30
+
+
+def _distance(p: Pattern, signature: frozenset[str], memo: dict[int, int]) -> int:
+    """Hops from ``p``'s output up to the nearest signature op, in the worst alternative."""
+    if id(p) in memo:
+        return memo[id(p)]
+    if isinstance(p, Alt):
+        d = max(_distance(o, signature, memo) for o in p.options)
+    elif isinstance(p, Op):
+        if p.op_type in signature:
+            d = 0
+        else:
+            required = [i for i in p.inputs if not isinstance(i, Opt)]
+            d = min((_distance(i, signature, memo) for i in required), default=_INF)
+            d = min(d + 1, _INF)
+    else:
+        d = _INF
+    memo[id(p)] = d
+    return d
 
 
 def _root_ops(p: Pattern) -> set[str]:

@@ -144,7 +144,14 @@ def verify(
 
 
 def _compare(orig: "_Model", runners, feeds, atol, rtol, report: VerifyReport) -> None:
-    from polygraphy.comparator import CompareFunc, Comparator
+    from polygraphy.comparator import Comparator
+
+    try:  # polygraphy >= 0.50; older ones (the TensorRT 8.5 era) only have CompareFunc.simple
+        from polygraphy.comparator import SimpleCompareFunc as simple
+    except ImportError:
+        from polygraphy.comparator import CompareFunc
+
+        simple = CompareFunc.simple
 
     names = [o.name for o in orig.outputs]
     types = {o.name: o.type.tensor_type.elem_type for o in orig.outputs}
@@ -153,7 +160,7 @@ def _compare(orig: "_Model", runners, feeds, atol, rtol, report: VerifyReport) -
     with _quiet_polygraphy():
         results = Comparator.run(runners, data_loader=[f for _, f in feeds])
         accuracy = Comparator.compare_accuracy(
-            results, compare_func=CompareFunc.simple(atol=atols, rtol=rtols, check_error_stat="elemwise")
+            results, compare_func=simple(atol=atols, rtol=rtols, check_error_stat="elemwise")
         )
     # polygraphy >= 0.50 returns one AccuracyResult per compare function, older ones just one.
     if not hasattr(accuracy, "values"):

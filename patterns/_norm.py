@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
 from onnx import helper
 
 from fusion import specs
+from fusion.ir import Node, Tensor
 from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH
 from fusion.pattern import Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import Emitter, Reject
@@ -18,7 +18,7 @@ from fusion.rules import Context
 _TYPE_NAME = {t: onnx.TensorProto.DataType.Name(t) for t in FLOAT_TYPES}
 
 
-def _float_cast(node: gs.Node) -> str | None:
+def _float_cast(node: Node) -> str | None:
     to = node.attrs.get("to")
     return None if to in FLOAT_TYPES else f"casts to {onnx.TensorProto.DataType.Name(to)}, not a float type"
 
@@ -56,13 +56,15 @@ class NormDesc:
     """What a matched norm computes; targets turn it into nodes."""
 
     kind: str  # "layer" | "rms"
-    x: gs.Tensor
-    y: gs.Tensor
+    x: Tensor
+    y: Tensor
+    # Without Casts in the chain every tensor in it has one type, that of its constants.
+    chain_type: int | None
     axes: tuple[int, ...]  # normalized axes, negative (counted from the end)
     rank: int | None
     epsilon: float
-    gamma: gs.Tensor | None
-    beta: gs.Tensor | None
+    gamma: Tensor | None
+    beta: Tensor | None
 
     @property
     def trailing(self) -> bool:
@@ -73,7 +75,10 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     """Check a structural match of a norm and describe it; raise Reject with the reason."""
     g = ctx.graph
     x = m["x"]
-    shape = g.shape(x)
+    # Shapes are annotated by most exporters; inference (once per model) only where needed.
+    needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
+    restored = any(n + "_restore" in m for n in reductions)
+    shape = g.shape(x, infer=needs_rank or restored)
     rank = None if shape is None else len(shape)
     axes = None
     for name in reductions:
@@ -90,15 +95,23 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     eps = g.scalar(m["eps"]) if "eps" in m else 0.0
     if eps is None:
         raise Reject(f"epsilon {m['eps'].name!r} is not a one-element constant")
-    desc = NormDesc(kind, x, m.root.outputs[0], axes, rank, eps, m.get("gamma"), m.get("beta"))
+    plain = not any(n.op == "Cast" for n in m.all_nodes)
+    consts = [m[c] for c in ("gamma", "beta", "eps") if c in m]
+    chain_type = g.elem_type(consts[0]) if plain and consts else None
+    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"))
     for param in ("gamma", "beta"):
         t = getattr(desc, param)
-        if t is not None:
-            _check_affine(g.constant_shape(t), shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}")
+        if t is None:
+            continue
+        pshape = g.constant_shape(t)
+        if shape is None and any(d != 1 for d in pshape):
+            # Whether γ grows the output (a normalized dim of 1) depends on the input's shape.
+            shape = g.shape(x)
+        _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}")
     return desc
 
 
-def _check_restored(g, restore: gs.Node, xshape, axes: tuple[int, ...]) -> None:
+def _check_restored(g, restore: Node, xshape, axes: tuple[int, ...]) -> None:
     """A keepdims=0 mean put back must have x's dims, with 1 (or x's size) on the reduced axes."""
     shape = g.shape(restore.outputs[0])
     if shape is None or xshape is None or len(shape) != len(xshape):
@@ -111,7 +124,16 @@ def _check_restored(g, restore: gs.Node, xshape, axes: tuple[int, ...]) -> None:
             raise Reject(f"{restore.op} {restore.name!r} makes shape {list(shape)}, not the input's {list(xshape)} with the reduced dims kept")
 
 
-def _normalized_axes(g, node: gs.Node, rank: int | None, keepdims: int = 1) -> tuple[int, ...]:
+def _raw_axes(g, node: Node) -> list[int] | None:
+    """ReduceMean's axes as written (attribute or constant input); None if absent or unknown."""
+    if len(node.inputs) > 1 and node.inputs[1].name:
+        value = g.constant_value(node.inputs[1])
+        return None if value is None or value.size == 0 else [int(a) for a in np.asarray(value).reshape(-1)]
+    axes = node.attrs.get("axes")
+    return list(axes) if axes else None
+
+
+def _normalized_axes(g, node: Node, rank: int | None, keepdims: int = 1) -> tuple[int, ...]:
     if int(node.attrs.get("keepdims", 1)) != keepdims:
         if keepdims:
             raise Reject(f"ReduceMean {node.name!r} has keepdims=0, so its result does not broadcast back")
@@ -156,7 +178,10 @@ def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str) -> None:
 def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     """Emit ``desc`` for ``ctx.target``; the last node written produces ``desc.y``."""
     g = ctx.graph
-    t_in, t_out = g.elem_type(desc.x), g.elem_type(desc.y)
+    if desc.chain_type is not None:
+        t_in = t_out = desc.chain_type
+    else:
+        t_in, t_out = g.elem_type(desc.x), g.elem_type(desc.y)
     if t_out is None:
         # Inside function bodies nothing is typed: the output has γ's (or β's) type, or the
         # type of the Cast that ends the chain.
@@ -185,8 +210,10 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
             raise Reject(f"target onnx: {op} needs opset {need}, the model has {ctx.opset}")
 
     k = len(desc.axes)
-    xshape = g.shape(desc.x)
+    xshape = g.shape(desc.x, infer=False)
     norm_shape = _normalized_shape(g, desc, xshape)
+    if norm_shape is None and xshape is None:
+        norm_shape = _normalized_shape(g, desc, g.shape(desc.x))
     perm = None
     if not desc.trailing:
         if desc.rank is None:

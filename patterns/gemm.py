@@ -83,7 +83,8 @@ w = Var("w")
 weight = Op("Transpose", w, name="w_transpose", where=_swaps_matrix) | w
 matmul = Op("MatMul", x, weight, name="matmul")
 gemm = Op("Gemm", x, weight, Opt(Var("c")), name="gemm")
-biased = Op("Add", matmul, Var("b"), name="bias_add")
+# The bias is a Const in the pattern: Add(MatMul, residual) is not a near-miss worth a report.
+biased = Op("Add", matmul, Const("b"), name="bias_add")
 FC = gemm | biased | matmul
 
 
@@ -128,7 +129,7 @@ class FCDesc:
     beta: float  # bias scale (Gemm beta)
     activation: str  # one of specs.FC_ACTIVATIONS
     kind: str  # "gemm" | "matmul"
-    rank: int  # rank of x
+    rank: int | None  # rank of x (None: unknown, >= 2 if known)
     elem_type: int
 
 
@@ -160,15 +161,17 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
     alpha = float(attrs.get("alpha", 1.0)) if kind == "gemm" else 1.0
     beta = float(attrs.get("beta", 1.0)) if kind == "gemm" else 1.0
 
+    # Gemm's A is a matrix by definition.  A MatMul input of unknown rank (ONNX shape
+    # inference gives up after a computed Reshape in many legacy exports) is accepted: the
+    # FC node is defined on [..., K] of any rank, as MatMul is.
     xshape = g.shape(xt)
-    if xshape is None:
-        raise Reject(f"{what}: the rank of input {xt.name!r} is unknown")
-    rank = len(xshape)
-    if rank < 2:
+    rank = 2 if kind == "gemm" else (None if xshape is None else len(xshape))
+    if rank is not None and rank < 2:
         raise Reject(f"{what}: input {xt.name!r} has rank {rank}; an FC needs [..., K] with rank >= 2")
-    last = xshape[0] if trans_a else xshape[-1]
-    if isinstance(last, int) and last != k:
-        raise Reject(f"{what}: input {xt.name!r} has {last} features but weight {wt.name!r} expects {k}")
+    if xshape is not None and len(xshape) == rank:
+        last = xshape[0] if trans_a else xshape[-1]
+        if isinstance(last, int) and last != k:
+            raise Reject(f"{what}: input {xt.name!r} has {last} features but weight {wt.name!r} expects {k}")
 
     t, t_w = g.elem_type(xt), g.elem_type(wt)
     if t is None:
@@ -210,12 +213,14 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
     )
 
 
-def _check_bias(g, b: gs.Tensor, n: int, out_rank: int, what: str) -> None:
+def _check_bias(g, b: gs.Tensor, n: int, out_rank: int | None, what: str) -> None:
     """The bias must be a constant that varies only along the output features."""
     if not g.is_constant(b):
         raise Reject(f"{what} {b.name!r} is computed, not a constant bias")
     shape = list(g.constant_shape(b))
-    if len(shape) > out_rank:
+    if out_rank is None and len(shape) > 1:
+        raise Reject(f"{what} {b.name!r} has rank {len(shape)} and the input's rank is unknown: the output could grow")
+    if out_rank is not None and len(shape) > out_rank:
         raise Reject(f"{what} {b.name!r} has rank {len(shape)}, more than the output's {out_rank}: the output would grow")
     if shape and shape[-1] not in (1, n):
         raise Reject(f"{what} {b.name!r} has shape {shape}, which does not broadcast to {n} output features")
@@ -430,7 +435,10 @@ class GemmRule(Rule):
     name = "gemm"
     pass_name = "gemm"
     pattern = PATTERN
-    min_progress = 3
+    # An Add(MatMul, not-a-bias) binds 2 nodes; a GELU that fails where it starts to differ from
+    # one (an RMSNorm's Mul(x, rsqrt) next to an FC, SiLU's Sigmoid) binds 4.
+    min_progress = 5
+    signature = frozenset({"MatMul", "Gemm"})
     doc = "Gemm | MatMul (+ Add bias) (+ Relu / Gelu / erf- or tanh-GELU) → FusedFC"
 
     def check(self, m, ctx):

@@ -1,0 +1,197 @@
+"""A lean, read-only graph view with onnx-graphsurgeon's interface.
+
+Nodes have ``op``, ``name``, ``domain``, ``attrs``, ``inputs`` and ``outputs``; tensors have
+``name``, ``inputs`` (the producer), ``outputs`` (the consumers), ``shape`` and ``dtype`` —
+the names onnx-graphsurgeon uses, so patterns read the same either way.  It exists for speed:
+importing a 48-layer BERT through ``gs.import_onnx`` alone takes longer than our whole fusion
+budget, while this view is built in one pass over the protos and decodes attributes only when
+a pattern asks.  Each node keeps its NodeProto and position, which is how rewrites find what
+to edit.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import onnx
+
+_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+class AttributeRef:
+    """A function-body attribute that refers to an attribute of the calling node."""
+
+    __slots__ = ("name", "type")
+
+    def __init__(self, name: str, type_: int):
+        self.name, self.type = name, type_
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, AttributeRef) and (self.name, self.type) == (other.name, other.type)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.type))
+
+    def __repr__(self) -> str:
+        return f"AttributeRef({self.name})"
+
+
+class Tensor:
+    __slots__ = ("name", "inputs", "outputs", "shape", "dtype", "const")
+
+    def __init__(self, name: str, dtype: int | None = None, shape: list | None = None, const=None):
+        self.name = name
+        self.inputs: list[Node] = []  # the producer, if any
+        self.outputs: list[Node] = []  # consumers, in this graph and in nested subgraphs
+        self.dtype = dtype  # ONNX element type
+        self.shape = shape  # ints (static) and strings/None (dynamic); None: rank unknown
+        self.const = const  # the TensorProto of an initializer
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r})"
+
+
+class Node:
+    __slots__ = ("op", "name", "domain", "inputs", "outputs", "proto", "index", "graph", "scope", "_attrs", "subgraphs")
+
+    def __init__(self, proto: onnx.NodeProto, index: int, graph: "Graph"):
+        self.proto = proto
+        self.op = proto.op_type
+        self.name = proto.name
+        self.domain = proto.domain
+        self.index = index  # position in the container's node list
+        self.graph = graph
+        self.scope = None  # set by fusion.graph.ModelGraph
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+        self._attrs: dict | None = None
+        self.subgraphs: dict[str, list[Graph]] = {}
+
+    @property
+    def attrs(self) -> dict:
+        if self._attrs is None:
+            self._attrs = {a.name: self._value(a) for a in self.proto.attribute}
+        return self._attrs
+
+    def _value(self, a: onnx.AttributeProto):
+        if a.ref_attr_name:
+            return AttributeRef(a.ref_attr_name, a.type)
+        if a.type == onnx.AttributeProto.GRAPH:
+            return self.subgraphs[a.name][0]
+        if a.type == onnx.AttributeProto.GRAPHS:
+            return list(self.subgraphs[a.name])
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "replace")
+        if isinstance(v, list) and v and isinstance(v[0], bytes):
+            return [x.decode("utf-8", "replace") for x in v]
+        return v
+
+    def __repr__(self) -> str:
+        return f"Node({self.op} {self.name!r})"
+
+
+class Graph:
+    """A node list with its tensors; ``parent`` is the enclosing graph of a subgraph."""
+
+    def __init__(self, proto, parent: "Graph | None" = None):
+        self.proto = proto
+        self.parent = parent
+        self.nodes: list[Node] = []
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+        self.tensors: dict[str, Tensor] = {}
+        self.defined: set[str] = set()  # graph inputs and initializers (function inputs)
+
+    def lookup(self, name: str) -> Tensor | None:
+        g: Graph | None = self
+        while g is not None:
+            t = g.tensors.get(name)
+            if t is not None:
+                return t
+            g = g.parent
+        return None
+
+    def walk(self) -> Iterator["Graph"]:
+        """This graph and every nested subgraph."""
+        yield self
+        for n in self.nodes:
+            for subs in n.subgraphs.values():
+                for s in subs:
+                    yield from s.walk()
+
+
+def import_graph(proto: onnx.GraphProto, parent: Graph | None = None) -> Graph:
+    g = Graph(proto, parent)
+    info = {}
+    for vi in (*proto.input, *proto.output, *proto.value_info):
+        info[vi.name] = vi
+    for t in proto.initializer:
+        g.tensors[t.name] = Tensor(t.name, t.data_type, list(t.dims), const=t)
+    for sp in proto.sparse_initializer:
+        g.tensors[sp.values.name] = Tensor(sp.values.name, sp.values.data_type, list(sp.dims))
+    g.defined = set(g.tensors) | {vi.name for vi in proto.input}
+    for vi in proto.input:
+        if vi.name not in g.tensors:
+            g.tensors[vi.name] = _from_info(vi)
+        g.inputs.append(g.tensors[vi.name])
+    _import_nodes(g, proto.node, info)
+    for vi in proto.output:
+        g.outputs.append(_tensor(g, vi.name, info))
+    return g
+
+
+def import_function(proto: onnx.FunctionProto) -> Graph:
+    g = Graph(proto)
+    for name in proto.input:
+        g.tensors[name] = Tensor(name)
+        g.inputs.append(g.tensors[name])
+    g.defined = set(proto.input)
+    _import_nodes(g, proto.node, {})
+    for name in proto.output:
+        g.outputs.append(_tensor(g, name, {}))
+    return g
+
+
+def _import_nodes(g: Graph, nodes, info: dict) -> None:
+    for i, p in enumerate(nodes):
+        node = Node(p, i, g)
+        for name in p.input:
+            if not name:
+                node.inputs.append(Tensor(""))  # an absent optional input
+                continue
+            t = _tensor(g, name, info)
+            t.outputs.append(node)
+            node.inputs.append(t)
+        for a in p.attribute:
+            if a.type in _GRAPH_TYPES:
+                subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+                # Reads of outer tensors register the inner node as their consumer (as in gs).
+                node.subgraphs[a.name] = [import_graph(s, g) for s in subs]
+        for name in p.output:
+            if not name:
+                node.outputs.append(Tensor(""))
+                continue
+            t = g.tensors.get(name)
+            if t is None:
+                t = g.tensors[name] = _from_info(info[name]) if name in info else Tensor(name)
+            t.inputs.append(node)
+            node.outputs.append(t)
+        g.nodes.append(node)
+
+
+def _tensor(g: Graph, name: str, info: dict) -> Tensor:
+    t = g.lookup(name)
+    if t is None:
+        t = g.tensors[name] = _from_info(info[name]) if name in info else Tensor(name)
+    return t
+
+
+def _from_info(vi: onnx.ValueInfoProto) -> Tensor:
+    t = Tensor(vi.name)
+    if vi.type.HasField("tensor_type"):
+        tt = vi.type.tensor_type
+        t.dtype = tt.elem_type or None
+        if tt.HasField("shape"):
+            t.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+    return t
