@@ -209,13 +209,14 @@ class ModelGraph:
             return
         self._shapes_inferred = True
         try:
-            inferred = onnx.shape_inference.infer_shapes(_weightless(self.proto), strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(weightless(self.proto), strict_mode=False)
         except Exception as e:  # inference is best effort: patterns then see unknown shapes
             log.debug("shape inference failed: %s", e)
             return
         infos: dict[str, onnx.ValueInfoProto] = {}
-        for g in _walk_graph_protos(inferred):
-            for vi in list(g.value_info) + list(g.output) + list(g.input):
+        nested = any(s.kind == "subgraph" for s in self.scopes)
+        for g in _walk_graph_protos(inferred) if nested else [inferred.graph]:
+            for vi in (*g.value_info, *g.output, *g.input):
                 infos.setdefault(vi.name, vi)
         for scope in self.scopes:
             if scope.is_function:
@@ -235,21 +236,28 @@ class ModelGraph:
                 yield scope, node
 
 
-def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with large initializers marked external: shape inference never reads
-    weights, and serializing it for the C++ inference costs nothing."""
+WEIGHTS_STUB = "weights.not.loaded"
+
+
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with large initializers marked external: shape inference and the checker
+    never read weights, and serializing a model without them for the C++ side costs nothing."""
     light = onnx.ModelProto()
-    light.ir_version = model.ir_version
+    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(light, f, getattr(model, f))
     light.opset_import.extend(model.opset_import)
+    light.metadata_props.extend(model.metadata_props)
     light.functions.extend(model.functions)
     g, src = light.graph, model.graph
-    g.name = src.name
+    g.name, g.doc_string = src.name, src.doc_string
     g.node.extend(src.node)
     g.input.extend(src.input)
     g.output.extend(src.output)
     g.value_info.extend(src.value_info)
+    g.sparse_initializer.extend(src.sparse_initializer)
     for t in src.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() < 4096:
+        small = int(np.prod(t.dims, dtype=np.int64)) <= 1024  # shape constants: inference reads them
+        if t.data_location == onnx.TensorProto.EXTERNAL or small:
             g.initializer.append(t)
             continue
         stub = g.initializer.add()
@@ -257,7 +265,7 @@ def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
         stub.dims.extend(t.dims)
         stub.data_location = onnx.TensorProto.EXTERNAL
         entry = stub.external_data.add()
-        entry.key, entry.value = "location", "weights.not.loaded"
+        entry.key, entry.value = "location", WEIGHTS_STUB
     return light
 
 

@@ -143,7 +143,14 @@ class _State:
 @dataclass
 class Failure:
     progress: int
-    reason: str
+    _reason: str | Callable[[], str]
+
+    @property
+    def reason(self) -> str:
+        """Formatted on demand: most failures are never read."""
+        if callable(self._reason):
+            self._reason = self._reason()
+        return self._reason
 
 
 class Matcher:
@@ -172,7 +179,7 @@ class Matcher:
                 all_nodes=_unique(st.order),
             )
 
-    def fail(self, st: _State, reason: str) -> None:
+    def fail(self, st: _State, reason: Callable[[], str]) -> None:
         progress = len(st.order)
         # On a tie the later failure wins: alternatives are tried most specific first.
         if self.best is None or progress >= self.best.progress:
@@ -182,7 +189,14 @@ class Matcher:
     # -- recursion ----------------------------------------------------------------------
     def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
         if isinstance(p, Alt):
+            node = producer(t)
+            op = None if node is None else node.op
             for o in p.options:
+                # Most options fail on the producer's op type: say so without recursing.
+                if isinstance(o, Op) and o.op_type != op and st.nodes.get(id(o)) is None:
+                    if not o.quiet:
+                        self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node'}, expected {o.op_type}")
+                    continue
                 yield from self._match(o, t, st)
         elif isinstance(p, Op):
             yield from self._match_op(p, t, st)
@@ -190,15 +204,15 @@ class Matcher:
             yield from self._bind_tensor(p, t, st)
         elif isinstance(p, Const):
             if not self.graph.is_constant(t):
-                self.fail(st, f"{_desc(t)} is not a constant")
+                self.fail(st, lambda: f"{_desc(t)} is not a constant")
                 return
             if p.value is not None:
                 v = self.graph.scalar(t)
                 if v is None:
-                    self.fail(st, f"{_desc(t)} is not a one-element constant (expected {p.value:g})")
+                    self.fail(st, lambda: f"{_desc(t)} is not a one-element constant (expected {p.value:g})")
                     return
                 if v != p.value:
-                    self.fail(st, f"{_desc(t)} is {v:g}, expected {p.value:g}")
+                    self.fail(st, lambda: f"{_desc(t)} is {v:g}, expected {p.value:g}")
                     return
             yield from self._bind_tensor(p, t, st)
         else:
@@ -211,20 +225,20 @@ class Matcher:
         elif bound is t or (isinstance(p, Const) and _same_constant(self.graph, bound, t)):
             yield st
         else:
-            self.fail(st, f"{getattr(p, 'name', p)!r} reached as both {bound.name!r} and {t.name!r}")
+            self.fail(st, lambda: f"{getattr(p, 'name', p)!r} reached as both {bound.name!r} and {t.name!r}")
 
     def _match_op(self, p: Op, t: Tensor, st: _State) -> Iterator[_State]:
         node = producer(t)
         if node is None:
             if not p.quiet:
-                self.fail(st, f"{_desc(t)} is not computed by a node (expected {p.op_type})")
+                self.fail(st, lambda: f"{_desc(t)} is not computed by a node (expected {p.op_type})")
             return
         if node.op != p.op_type or node.domain not in _DEFAULT_DOMAINS:
             if not p.quiet:
-                self.fail(st, f"{_desc(t)} comes from {node.op}, expected {p.op_type}")
+                self.fail(st, lambda: f"{_desc(t)} comes from {node.op}, expected {p.op_type}")
             return
         if node.outputs[0] is not t:
-            self.fail(st, f"{_desc(t)} is not the first output of {node.op}")
+            self.fail(st, lambda: f"{_desc(t)} is not the first output of {node.op}")
             return
         bound = st.nodes.get(id(p))
         if bound is not None:
@@ -233,24 +247,24 @@ class Matcher:
                 return
             extra = _equivalent(self.graph, bound, node)
             if extra is None:
-                self.fail(st, f"{p.op_type} {node.name!r} should be {bound.name!r} (or an identical copy)")
+                self.fail(st, lambda: f"{p.op_type} {node.name!r} should be {bound.name!r} (or an identical copy)")
                 return
             yield st.with_extra(extra)
             return
         if id(node) in self.claimed:
-            self.fail(st, f"{node.op} {node.name!r} is already part of another fusion")
+            self.fail(st, lambda: f"{node.op} {node.name!r} is already part of another fusion")
             return
         if p.where is not None:
             reason = p.where(node)
             if reason:
-                self.fail(st, f"{node.op} {node.name!r}: {reason}")
+                self.fail(st, lambda: f"{node.op} {node.name!r}: {reason}")
                 return
         inputs = [i for i in node.inputs]
         while inputs and inputs[-1].name == "":
             inputs.pop()
         required = [q for q in p.inputs if not isinstance(q, Opt)]
         if not len(required) <= len(inputs) <= len(p.inputs):
-            self.fail(st, f"{node.op} {node.name!r} has {len(inputs)} inputs, expected {len(required)}")
+            self.fail(st, lambda: f"{node.op} {node.name!r} has {len(inputs)} inputs, expected {len(required)}")
             return
         pats = [q.inner if isinstance(q, Opt) else q for q in p.inputs[: len(inputs)]]
         st = st.with_node(p, node)

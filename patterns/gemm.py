@@ -38,11 +38,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper, numpy_helper
 
 from fusion import specs
 from fusion.graph import FLOAT_TYPES
+from fusion.ir import Node, Tensor
 from fusion.pattern import Const, Match, Op, Opt, Var
 from fusion.rewrite import Emitter, Reject
 from fusion.rules import Context, Rule
@@ -71,7 +71,7 @@ GELU_CONSTANTS = {
 # -- pattern ----------------------------------------------------------------------------
 
 
-def _swaps_matrix(node: gs.Node) -> str | None:
+def _swaps_matrix(node: Node) -> str | None:
     perm = node.attrs.get("perm")
     if perm is None or list(perm) == [1, 0]:
         return None
@@ -98,15 +98,16 @@ def _half_times(fc, one_plus):
     )
 
 
-erf_arg = Op("Div", FC, Const("sqrt2"), name="g_scale") | Op("Mul", FC, Const("inv_sqrt2"), name="g_scale")
+# The activation may read the FC through a Reshape: GPT-2's Conv1D is addmm on [B*S, K] then
+# view(B, S, N).  An elementwise activation commutes with it, so the Reshape moves after the FC.
+Y = Op("Reshape", FC, Var("out_shape"), name="reshape") | FC
+erf_arg = Op("Div", Y, Const("sqrt2"), name="g_scale") | Op("Mul", Y, Const("inv_sqrt2"), name="g_scale")
 erf_one = Op("Add", Op("Erf", erf_arg, name="erf"), Const(value=1.0), name="g_one")
-cube = Op("Pow", FC, Const(value=3.0), name="g_cube") | Op("Mul", Op("Mul", FC, FC, name="g_square"), FC, name="g_cube")
-tanh_arg = Op("Add", FC, Op("Mul", cube, Const("cubic"), name="g_cubic"), name="g_inner")
+cube = Op("Pow", Y, Const(value=3.0), name="g_cube") | Op("Mul", Op("Mul", Y, Y, name="g_square"), Y, name="g_cube")
+tanh_arg = Op("Add", Y, Op("Mul", cube, Const("cubic"), name="g_cubic"), name="g_inner")
 tanh_one = Op("Add", Op("Tanh", Op("Mul", tanh_arg, Const("tanh_scale"), name="g_tanh_scale"), name="tanh"), Const(value=1.0), name="g_one")
 
-ACTIVATED = (
-    Op("Relu", FC, name="act") | Op("Gelu", FC, name="act") | _half_times(FC, erf_one) | _half_times(FC, tanh_one)
-)
+ACTIVATED = Op("Relu", Y, name="act") | Op("Gelu", Y, name="act") | _half_times(Y, erf_one) | _half_times(Y, tanh_one)
 PATTERN = ACTIVATED | FC
 
 
@@ -117,18 +118,19 @@ PATTERN = ACTIVATED | FC
 class FCDesc:
     """What a matched FC computes: y = act(alpha * op(x) @ W + bias)."""
 
-    x: gs.Tensor
-    y: gs.Tensor  # the match's output
-    w: gs.Tensor  # the stored weight initializer / constant
+    x: Tensor
+    y: Tensor  # the match's output
+    w: Tensor  # the stored weight initializer / constant
     k: int
     n: int
     transpose_weight: int  # 1: w is stored [N, K]
     trans_a: bool  # Gemm transA=1: x is [K, M]
     alpha: float
-    bias: gs.Tensor | None
+    bias: Tensor | None
     beta: float  # bias scale (Gemm beta)
     activation: str  # one of specs.FC_ACTIVATIONS
     kind: str  # "gemm" | "matmul"
+    reshape: Node | None  # a Reshape between the FC and its activation, re-emitted after both
     rank: int | None  # rank of x (None: unknown, >= 2 if known)
     elem_type: int
 
@@ -208,12 +210,41 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         beta=beta,
         activation=activation,
         kind=kind,
+        reshape=_moved_reshape(g, m),
         rank=rank,
         elem_type=t,
     )
 
 
-def _check_bias(g, b: gs.Tensor, n: int, out_rank: int | None, what: str) -> None:
+def _moved_reshape(g, m: Match) -> Node | None:
+    """The Reshape between FC and activation; its target shape must not be computed from the match.
+
+    (The driver removes a node that reads an intermediate and only feeds the match, and the
+    re-emitted Reshape reads its target shape after the match is gone.)  Nodes are in
+    topological order, so what comes before the match's first node cannot depend on it.
+    """
+    node = m.get("reshape")
+    if node is None:
+        return None
+    inside = {id(n) for n in m.all_nodes}
+    first = min(g.node_index(n) for n in m.all_nodes)
+    stack, seen = [m["out_shape"]], set()
+    while stack:
+        t = stack.pop()
+        p = t.inputs[0] if len(t.inputs) == 1 else None
+        # Producers in an enclosing graph cannot depend on a subgraph's intermediates.
+        if p is None or id(p) in seen or p.graph is not node.graph or g.node_index(p) < first:
+            continue
+        if id(p) in inside:
+            raise Reject(f"Reshape {node.name!r}: its target shape is computed from the FC's own output")
+        seen.add(id(p))
+        if len(seen) > 256:
+            raise Reject(f"Reshape {node.name!r}: its target shape comes from too deep a computation to follow")
+        stack.extend(p.inputs)
+    return node
+
+
+def _check_bias(g, b: Tensor, n: int, out_rank: int | None, what: str) -> None:
     """The bias must be a constant that varies only along the output features."""
     if not g.is_constant(b):
         raise Reject(f"{what} {b.name!r} is computed, not a constant bias")
@@ -228,7 +259,7 @@ def _check_bias(g, b: gs.Tensor, n: int, out_rank: int | None, what: str) -> Non
         raise Reject(f"{what} {b.name!r} has shape {shape}: it varies along rows, not only along the output features")
 
 
-def _check_bare_matmul(g, ctx: Context, node: gs.Node) -> None:
+def _check_bare_matmul(g, ctx: Context, node: Node) -> None:
     """A MatMul whose bias Add could not be fused with it (its output is read elsewhere too) stays."""
     out = node.outputs[0]
     elsewhere = len(out.outputs) > 1 or out.name in ctx.scope.output_names
@@ -266,7 +297,7 @@ def _activation(g, m: Match) -> str:
     return form
 
 
-def _check_constant(g, t: gs.Tensor, role: str, form: str) -> None:
+def _check_constant(g, t: Tensor, role: str, form: str) -> None:
     label, want = GELU_CONSTANTS[role]
     value = g.scalar(t)
     if value is None:
@@ -286,6 +317,8 @@ def emit(desc: FCDesc, em: Emitter, ctx: Context) -> None:
         _emit_trt(desc, em, ctx)
     else:
         _emit_onnx(desc, em, ctx)
+    if desc.reshape is not None:
+        em.node("Reshape", [em.nodes[-1].output[0], desc.reshape.inputs[1].name], **dict(desc.reshape.attrs))
     em.nodes[-1].output[0] = desc.y.name
 
 
@@ -307,7 +340,7 @@ def _emit_plugin(desc: FCDesc, em: Emitter, ctx: Context) -> None:
     em.plugin(
         specs.FUSED_FC,
         [x, desc.w.name, bias],
-        desc.y.name,
+        em.name("FusedFC_out"),
         t,
         out_features=desc.n,
         transpose_weight=desc.transpose_weight,

@@ -479,3 +479,19 @@ def test_restore_that_does_not_restore_is_refused():
     result = fusion.inspect(model, ["layernorm"])
     assert not result.fusions
     assert any("not the input's" in m.reason for m in result.near_misses), result.near_misses
+
+
+def test_a_broken_rewrite_is_caught_by_validation(monkeypatch):
+    from fusion.passes import InternalError
+    from patterns import _norm
+
+    real = _norm.emit
+
+    def broken(desc, em, ctx):
+        real(desc, em, ctx)
+        em.nodes[-1].input[0] = "nowhere"
+
+    monkeypatch.setattr(_norm, "emit", broken)
+    monkeypatch.setattr("patterns.layernorm.emit", broken)
+    with pytest.raises(InternalError, match="fails onnx.checker although the input passes"):
+        fusion.fuse_layernorm(build(LAYER.with_(shape=("B", 4096))))
