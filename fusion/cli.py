@@ -106,6 +106,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if rep.passed else 1
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Fuse the embedded example models, verify them, and say where the results are."""
+    from importlib import resources
+
+    from . import api, report
+    from .verify import verify
+
+    out_dir = Path(args.output or "fusion-demo")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    examples = resources.files("fusion") / "examples"
+    ok = True
+    for name in ("bert_tiny", "llama_tiny"):
+        with resources.as_file(examples / f"{name}.onnx") as src:
+            dst = out_dir / f"{name}.fused.onnx"
+            print(f"== {name}: {src.name} -> {dst}")
+            result = api.fuse_file(src, dst, target=args.target)
+            print(report.text(result))
+            rep = verify(src, dst)
+            print(rep.table())
+            ok &= rep.passed
+    return 0 if ok else 1
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from . import specs
     from .patterns import RULES
@@ -191,6 +214,11 @@ def make_parser() -> argparse.ArgumentParser:
     _add_verify_args(p)
     _add_output_args(p)
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("demo", help="fuse and verify the embedded example models (a tiny BERT and LLaMA)")
+    p.add_argument("-o", "--output", help="directory for the fused models (default: ./fusion-demo)")
+    p.add_argument("--target", choices=TARGETS, default="plugin")
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("list", help="patterns, targets and plugin specs")
     _add_output_args(p)
