@@ -6,9 +6,9 @@ the registered plugin (onnx-tensorrt imports a local function only when no plugi
 that name is registered).
 
 Bodies refer to the calling node's attributes (``ref_attr_name``), so one function serves
-every node.  Where the model's opset cannot express a reference (``Constant.value_float``
-needs opset 12, ``CastLike`` opset 15) the value is baked in, which needs every node of that
-op to agree on it; :func:`build` says why when they do not.
+every node (before opset 12, a float attribute reaches the body as LeakyRelu's alpha).  Where
+the model's opset cannot express a reference (``CastLike`` needs opset 15) the value is baked
+in, which needs every node of that op to agree on it; :func:`build` says why when they do not.
 """
 
 from __future__ import annotations
@@ -64,8 +64,10 @@ class Body:
         """A scalar fp32 tensor holding the node's FLOAT attribute ``field``."""
         if self.opset >= 12:
             return self.op("Constant", refs={"value_float": (field, onnx.AttributeProto.FLOAT)})
-        value = float(self.uniform(field))
-        return self.op("Constant", value=helper.make_tensor("v", COMPUTE_TYPE, [], [value]))
+        # Constant.value_float arrived in opset 12; LeakyRelu's alpha has always been a float
+        # attribute, and LeakyRelu(-1) = -alpha, exactly.
+        minus_one = self.op("Constant", value=helper.make_tensor("m1", COMPUTE_TYPE, [], [-1.0]))
+        return self.op("Neg", self.op("LeakyRelu", minus_one, refs={"alpha": (field, onnx.AttributeProto.FLOAT)}))
 
     def to_compute(self, x: str) -> str:
         return self.op("Cast", x, to=COMPUTE_TYPE)

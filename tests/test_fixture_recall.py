@@ -1,0 +1,61 @@
+"""Norm fusion on models from real exporters: every decomposed norm found, nothing else, same outputs.
+
+Ground truth is the number of norm modules in the torch model minus those the exporter
+already emitted as native LayerNormalization (tests/fixtures/manifest.json).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusion
+
+from .builders import run
+from .fixtures.catalog import fixture_path, load_manifest, random_feeds
+
+RECORDS = load_manifest()
+TOLERANCE = {"fp32": 2e-4, "fp16": 3e-2}
+
+
+def _id(r) -> str:
+    return r["file"].removesuffix(".onnx")
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=_id)
+def test_recall_precision_and_numbers(record):
+    path = fixture_path(record["file"])
+    result = fusion.run(str(path), ["layernorm", "rmsnorm"])
+    counts = result.counts()
+    assert counts.get("layernorm", 0) == record["expected_layernorm_fusions"], (counts, result.near_misses)
+    assert counts.get("rmsnorm", 0) == record["expected_rmsnorm_fusions"], (counts, result.near_misses)
+    if not result.modified:
+        return
+    import onnx
+
+    original = onnx.load(str(path))
+    for shape in ("min", "max"):
+        feeds = random_feeds(record, shape, seed=1)
+        want, got = run(original, feeds), run(result.model, feeds)
+        for a, b in zip(want, got):
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            scale = max(1.0, float(np.abs(a64).max()))
+            assert np.abs(a64 - b64).max() <= TOLERANCE[record["dtype"]] * scale
+
+
+TRT_CASES = [r for r in RECORDS if r["expected_layernorm_fusions"] and r["dtype"] in ("fp32", "fp16")]
+
+
+@pytest.mark.parametrize("record", TRT_CASES[::3], ids=_id)
+def test_trt_target_on_real_exports(record):
+    """TensorRT's LayerNorm plugin serves every LayerNorm (rank-3 views); RMSNorm stays as is."""
+    path = fixture_path(record["file"])
+    result = fusion.run(str(path), ["layernorm", "rmsnorm"], target="trt")
+    assert result.counts().get("layernorm", 0) == record["expected_layernorm_fusions"]
+    import onnx
+
+    feeds = random_feeds(record, "max", seed=2)
+    want, got = run(onnx.load(str(path)), feeds), run(result.model, feeds)
+    for a, b in zip(want, got):
+        scale = max(1.0, float(np.abs(a).max()))
+        assert np.abs(a.astype(np.float64) - b.astype(np.float64)).max() <= TOLERANCE[record["dtype"]] * scale
