@@ -230,10 +230,6 @@ class ModelGraph:
                 if t.shape is None:
                     t.shape = known.shape
 
-    def nodes(self) -> Iterator[tuple[Scope, ir.Node]]:
-        for scope in self.scopes:
-            for node in scope.ir.nodes:
-                yield scope, node
 
 
 WEIGHTS_STUB = "weights.not.loaded"
@@ -343,12 +339,3 @@ def _subgraphs(n: onnx.NodeProto) -> list[onnx.GraphProto]:
         elif a.type == onnx.AttributeProto.GRAPHS:
             out.extend(a.graphs)
     return out
-
-
-def walk_graph_protos(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
-    return _walk_graph_protos(model)
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__

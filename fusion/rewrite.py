@@ -11,7 +11,6 @@ and opset imports are added last.
 from __future__ import annotations
 
 import logging
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +20,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import functions, specs
-from .ir import Node, Tensor
-from .graph import ModelGraph, Scope, default_opset, walk_graph_protos
+from .ir import Node
+from .graph import ModelGraph, Scope, default_opset
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +178,7 @@ def _drop_dead(model: onnx.ModelProto, edits, containers) -> None:
         return
     uses: dict[str, int] = {}
     producer: dict[str, tuple[Any, onnx.NodeProto]] = {}
-    for key, c in containers.items():
+    for c in containers.values():
         outs = c.output if isinstance(c, onnx.FunctionProto) else [o.name for o in c.output]
         for o in outs:
             uses[o] = uses.get(o, 0) + 1
@@ -266,7 +265,3 @@ def _containers(model: onnx.ModelProto) -> dict[tuple, Any]:
     for k, f in enumerate(model.functions):
         visit(f, ("function", k))
     return out
-
-
-def model_dir(path: str | os.PathLike | None) -> str | None:
-    return None if path is None else os.path.dirname(os.path.abspath(os.fspath(path)))

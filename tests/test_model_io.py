@@ -130,3 +130,21 @@ def test_output_errors(tmp_path):
             model_io.save(model, ro / "x.onnx")
     finally:
         ro.chmod(0o700)
+
+
+def test_accepts_a_graphsurgeon_graph_and_returns_one():
+    import onnx_graphsurgeon as gs
+
+    graph = gs.import_onnx(build(LAYER))
+    fused = fusion.fuse_layernorm(graph)
+    assert isinstance(fused, gs.Graph)
+    assert [n.op for n in fused.nodes] == ["FusedLayerNorm"]
+
+
+def test_accepts_a_path(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(build(LAYER), str(path))
+    fused = fusion.fuse_layernorm(str(path))
+    assert [n.op_type for n in fused.graph.node] == ["FusedLayerNorm"]
+    report = fusion.verify(str(path), fused)
+    assert report.passed, report.table()
