@@ -10,14 +10,18 @@ from .errors import FusionError
 from .passes import Fusion, NearMiss, PassResult
 from .specs import SPECS
 
+# Bound after the submodule import, so `fusion.verify` stays the function even once some
+# code has imported the module `fusion.verify` (polygraphy itself is imported lazily).
+from .verify import VerifyReport, verify  # noqa: E402
+
 __version__ = "0.1.0"
 
 
-def verify(*args, **kwargs):
-    """Run the original and the fused model on the same inputs; see :func:`fusion.verify.verify`."""
-    from .verify import verify as _verify
+def build_engine(*args, **kwargs):
+    """Build a TensorRT engine (profiles, plugins, precision); see :func:`fusion.trt.build_engine`."""
+    from .trt import build_engine as _build_engine
 
-    return _verify(*args, **kwargs)
+    return _build_engine(*args, **kwargs)
 
 
 __all__ = [
@@ -26,6 +30,8 @@ __all__ = [
     "NearMiss",
     "PassResult",
     "SPECS",
+    "VerifyReport",
+    "build_engine",
     "fuse",
     "fuse_file",
     "fuse_gemm",

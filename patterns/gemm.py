@@ -5,28 +5,36 @@ Covered:
 * ``Gemm`` with any transA / transB / alpha / beta, C absent, scalar, [N], [1, N] (GPT-2's
   Conv1D is ``addmm`` = Gemm transB=0, nn.Linear on 2-D input is Gemm transB=1);
 * ``MatMul(x, W)`` with constant W [K, N] or ``Transpose(W[N, K])``, x of rank >= 2
-  ([B, S, K] from transformers), then ``Add`` of a bias that varies only along the last dim
-  ([N], [1, N], [1, 1, N], scalar), in either operand order; without the Add where there is
-  no bias (LLaMA, T5);
+  ([B, S, K] from transformers; an unknown rank is accepted, as the FC node takes [..., K] of
+  any rank), then ``Add`` of a constant bias that varies only along the last dim ([N],
+  [1, N], [1, 1, N], scalar), in either operand order; no Add where there is no bias (LLaMA,
+  T5);
 * then optionally ``Relu``, ``Gelu`` (opset 20, both approximations), or GELU written out:
   erf form ``0.5 * y * (1 + erf(y / sqrt2))`` (Div by sqrt2 or Mul by 1/sqrt2, the 0.5 in any
   of the places exporters put it, or a Div by 2) and tanh form ``0.5 * y * (1 + tanh(sqrt(2/pi)
   * (y + 0.044715 * y^3)))`` (Pow(y, 3) or y*y*y).  Irrational constants are compared with a
-  tolerance for how exporters round them (1.4142135 vs 1.41421356, fp16-rounded constants).
+  relative tolerance for how exporters round them (1.4142135 vs 1.41421356; 1e-4 for fp32,
+  1e-3 for fp16-stored constants, 8e-3 for bf16).  The activation may read the FC through a
+  Reshape (GPT-2: addmm, then view(B, S, N), then gelu_new); the Reshape moves after the FC
+  node, which an elementwise activation allows.
 
-Not fused (with a near-miss reason): a product of two computed tensors (attention scores
-Q @ K^T, probs @ V), a weight that is not a constant matrix, a bias that varies along rows, a
-bare MatMul whose output also feeds a bias Add elsewhere (the Add could not be taken with it).
+Not fused, with a near-miss reason: a product of two computed tensors (attention scores
+Q @ K^T, probs @ V), W @ x, a weight that is not a constant matrix, a Gemm C that is computed
+or varies along rows (a bias Add that varies along rows stays an Add after a bias-less FC), a
+bare MatMul whose output also feeds a bias Add but is read elsewhere too (MatMul + Add cannot
+fuse and the MatMul is left alone), a GELU whose constants are off (the FC fuses without it).
 
 Targets:
 
 * ``plugin``: one ``FusedFC`` node; W stays the model's initializer (``transpose_weight``
   says its layout, so weights are never read or copied), the bias becomes [N] (zeros where
-  absent; a [1, N] / scalar / beta-scaled bias is rewritten, which reads only the small bias);
-* ``trt``: TensorRT's ``CustomFCPluginDynamic`` (W baked as a TENSOR attribute laid out
+  absent; a [1, N] / scalar / beta-scaled bias is rewritten, which reads only the small bias).
+  At opset 11 activations stay separate nodes: the function body that lets onnxruntime run
+  the node cannot refer to a STRING field before opset 12 (see ``_fc_body``);
+* ``trt``: TensorRT's ``CustomFCPluginDynamic`` (W baked as an fp32 TENSOR attribute laid out
   [K, N], alpha folded into it): Reshape to [M, 1, K, 1, 1], the plugin, Reshape back, then
   Add(bias) and the activation as standard nodes (the plugin has neither);
-* ``onnx``: MatMul + Add becomes a standard ``Gemm`` (rank-2 input directly, higher ranks
+* ``onnx``: MatMul + Add becomes a standard ``Gemm`` (rank-2 input directly, other ranks
   through Reshape to [M, K] and back); Gemm nodes are already standard, and activations stay
   separate nodes.
 """
@@ -37,7 +45,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from fusion import specs
@@ -163,10 +170,13 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
     alpha = float(attrs.get("alpha", 1.0)) if kind == "gemm" else 1.0
     beta = float(attrs.get("beta", 1.0)) if kind == "gemm" else 1.0
 
-    # Gemm's A is a matrix by definition.  A MatMul input of unknown rank (ONNX shape
-    # inference gives up after a computed Reshape in many legacy exports) is accepted: the
-    # FC node is defined on [..., K] of any rank, as MatMul is.
-    xshape = g.shape(xt)
+    # Gemm's A is a matrix by definition.  A MatMul input of unknown rank is accepted: the FC
+    # node is defined on [..., K] of any rank, as MatMul is.  So shape inference (slow on big
+    # models, and it gives up after a computed Reshape in many legacy exports) runs only for
+    # a bias of rank > 1, whose broadcast depends on the rank.
+    xshape = g.shape(xt, infer=False)
+    if xshape is None and "bias_add" in m and len(g.constant_shape(m["b"])) > 1:
+        xshape = g.shape(xt)
     rank = 2 if kind == "gemm" else (None if xshape is None else len(xshape))
     if rank is not None and rank < 2:
         raise Reject(f"{what}: input {xt.name!r} has rank {rank}; an FC needs [..., K] with rank >= 2")
@@ -175,7 +185,8 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         if isinstance(last, int) and last != k:
             raise Reject(f"{what}: input {xt.name!r} has {last} features but weight {wt.name!r} expects {k}")
 
-    t, t_w = g.elem_type(xt), g.elem_type(wt)
+    t_w = g.elem_type(wt)
+    t = g.elem_type(xt, infer=False) or t_w  # MatMul / Gemm take one type: W's (a constant) says it
     if t is None:
         raise Reject(f"{what}: the element type of {xt.name!r} is unknown")
     if t not in FLOAT_TYPES:
@@ -359,7 +370,9 @@ def _emit_trt(desc: FCDesc, em: Emitter, ctx: Context) -> None:
         value = value.T
     if desc.alpha != 1.0:
         value = value.astype(np.float64) * desc.alpha
-    weights = numpy_helper.from_array(np.ascontiguousarray(value.astype(_np_type(t))), "W")
+    # fp32 whatever type_id says: the creator declares W as kFLOAT32 and converts it to its
+    # compute type itself (WeightsWithOwnership::convertAndCopy).
+    weights = numpy_helper.from_array(np.ascontiguousarray(value.astype(np.float32)), "W")
 
     x = _input(desc, em)
     rows = em.node("Reshape", [x, em.const("fc_in_shape", np.array([-1, 1, desc.k, 1, 1], np.int64))])[0]
@@ -473,6 +486,15 @@ class GemmRule(Rule):
     min_progress = 5
     signature = frozenset({"MatMul", "Gemm"})
     doc = "Gemm | MatMul (+ Add bias) (+ Relu / Gelu / erf- or tanh-GELU) → FusedFC"
+    variants = (
+        "Gemm: any transA / transB / alpha / beta; C absent, scalar, [N] or [1, N]",
+        "MatMul(x, W): W a constant [K, N] or Transpose of a constant [N, K]; x of rank ≥ 2 or unknown",
+        "bias: Add of a constant [N], [1, N], [1, 1, N] or scalar, either operand order; or no Add",
+        "activation: Relu, or Gelu (opset 20, approximate none or tanh)",
+        "erf GELU: 0.5·y·(1 + erf(y / √2)), Div by √2 or Mul by 1/√2, the 0.5 in any place or a Div by 2",
+        "tanh GELU: 0.5·y·(1 + tanh(√(2/π)·(y + 0.044715·y³))), Pow(y, 3) or y·y·y",
+        "reshape: a Reshape between the FC and its activation (GPT-2's addmm + view) moves after the fused node",
+    )
 
     def check(self, m, ctx):
         return analyze(m, ctx)

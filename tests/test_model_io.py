@@ -148,3 +148,10 @@ def test_accepts_a_path(tmp_path):
     assert [n.op_type for n in fused.graph.node] == ["FusedLayerNorm"]
     report = fusion.verify(str(path), fused)
     assert report.passed, report.table()
+
+
+def test_verify_stays_callable_after_its_module_is_imported():
+    import importlib
+
+    importlib.import_module("fusion.verify")
+    assert callable(fusion.verify)
