@@ -553,7 +553,7 @@ _VEC_MAX = {"float32": 4, "float16": 8, "bfloat16": 8}
 NORM_WARP_THREADS = 128
 NORM_BLOCK_MAX_THREADS = 512
 NORM_LOOP_THREADS = 512
-NORM_MAX_N = 8
+NORM_MAX_N = 8  # packs per lane (warp path) or thread (block path)
 _INT_MAX = 2**31 - 1
 
 

@@ -1,0 +1,89 @@
+// FusedFC: Y[..., N] = activation(alpha * X[..., K] @ W + B) through cuBLASLt (FcGemm.h).
+#pragma once
+
+#include "common/pluginUtils.h"
+#include "fc/FcGemm.h"
+
+#include <memory>
+#include <string>
+
+namespace fusion
+{
+
+class FcPlugin : public nvinfer1::IPluginV3,
+                 public nvinfer1::IPluginV3OneCore,
+                 public nvinfer1::IPluginV3OneBuild,
+                 public nvinfer1::IPluginV3OneRuntime
+{
+public:
+    // cuBLASLt may use this much scratch; TensorRT provides it per enqueue.
+    static constexpr size_t kWORKSPACE_BYTES = size_t{32} << 20;
+
+    FcPlugin(int32_t outFeatures, int32_t transposeWeight, float alpha, std::string activation);
+    FcPlugin(FcPlugin const& other);
+    FcPlugin& operator=(FcPlugin const&) = delete;
+    ~FcPlugin() override = default;
+
+    // IPluginV3
+    nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
+    nvinfer1::IPluginV3* clone() noexcept override;
+
+    // IPluginV3OneCore
+    char const* getPluginName() const noexcept override;
+    char const* getPluginVersion() const noexcept override;
+    char const* getPluginNamespace() const noexcept override;
+
+    // IPluginV3OneBuild
+    int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs,
+        nvinfer1::DataType const* inputTypes, int32_t nbInputs) const noexcept override;
+    int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs, nvinfer1::DimsExprs const* shapeInputs,
+        int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs, int32_t nbOutputs,
+        nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+    bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
+        int32_t nbOutputs) noexcept override;
+    int32_t getNbOutputs() const noexcept override;
+    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+
+    // IPluginV3OneRuntime
+    int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs, nvinfer1::PluginTensorDesc const* out,
+        int32_t nbOutputs) noexcept override;
+    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
+        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
+    nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
+    nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
+
+    // The spec's activation names, in Activation order; -1 if `name` is none of them.
+    static int32_t activationIndex(std::string const& name) noexcept;
+
+private:
+    bool checkDims(nvinfer1::Dims const& x, nvinfer1::Dims const& w, nvinfer1::Dims const& b) const noexcept;
+    bool shapeOf(nvinfer1::PluginTensorDesc const* in, GemmShape& shape) const noexcept;
+
+    int32_t mOutFeatures;
+    int32_t mTransposeWeight;
+    float mAlpha;
+    std::string mActivationName;
+    Activation mActivation;
+    std::unique_ptr<LtGemm> mGemm; // per instance: TensorRT clones one per context
+    FieldWriter mSerial;
+};
+
+class FcPluginCreator : public nvinfer1::IPluginCreatorV3One
+{
+public:
+    FcPluginCreator();
+    nvinfer1::IPluginV3* createPlugin(
+        char const* name, nvinfer1::PluginFieldCollection const* fc, nvinfer1::TensorRTPhase phase) noexcept override;
+    nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override;
+    char const* getPluginName() const noexcept override;
+    char const* getPluginVersion() const noexcept override;
+    char const* getPluginNamespace() const noexcept override;
+
+private:
+    FieldNames mFieldNames;
+};
+
+} // namespace fusion

@@ -1,0 +1,111 @@
+// Generated from fusion/specs.py by fusion/plugin_lib.py:render_spec_header. Do not edit:
+// build_library writes a fresh copy into the build folder; tests/test_plugins.py checks
+// that this committed copy is current (regenerate: python -m fusion.plugin_lib header).
+#pragma once
+
+#include <cstdint>
+
+#include "NvInferRuntime.h"
+
+namespace fusion
+{
+namespace specs
+{
+
+struct FieldSpec
+{
+    char const* name;
+    nvinfer1::PluginFieldType type;
+    int32_t length; // 1: scalar; 0: variable length (strings, arrays)
+    bool required;
+};
+
+struct PluginSpec
+{
+    char const* name;
+    char const* version;
+    char const* pluginNamespace;
+    int32_t minInputs;
+    int32_t maxInputs;
+    int32_t nbOutputs;
+    int32_t nbFields;
+    FieldSpec const* fields;
+};
+
+// Y = (X - mean) / sqrt(var + epsilon) * Scale + B over dims [axis, rank), fp32 accumulation.
+namespace fused_layer_norm
+{
+constexpr FieldSpec kFIELDS[] = {
+    {"epsilon", nvinfer1::PluginFieldType::kFLOAT32, 1, true},
+    {"axis", nvinfer1::PluginFieldType::kINT32, 1, false},
+};
+constexpr PluginSpec kSPEC{"FusedLayerNorm", "1", "fusion", 1, 3, 1, 2, kFIELDS};
+enum Field : int32_t
+{
+    kEPSILON = 0,
+    kAXIS = 1,
+};
+enum Input : int32_t
+{
+    kINPUT_X = 0,
+    kINPUT_SCALE = 1,
+    kINPUT_B = 2,
+};
+constexpr int32_t kAXIS_DEFAULT = -1;
+} // namespace fused_layer_norm
+
+// Y = X / sqrt(mean(X^2) + epsilon) * Scale over dims [axis, rank), fp32 accumulation.
+namespace fused_rms_norm
+{
+constexpr FieldSpec kFIELDS[] = {
+    {"epsilon", nvinfer1::PluginFieldType::kFLOAT32, 1, true},
+    {"axis", nvinfer1::PluginFieldType::kINT32, 1, false},
+};
+constexpr PluginSpec kSPEC{"FusedRMSNorm", "1", "fusion", 1, 2, 1, 2, kFIELDS};
+enum Field : int32_t
+{
+    kEPSILON = 0,
+    kAXIS = 1,
+};
+enum Input : int32_t
+{
+    kINPUT_X = 0,
+    kINPUT_SCALE = 1,
+};
+constexpr int32_t kAXIS_DEFAULT = -1;
+} // namespace fused_rms_norm
+
+// Fully connected layer: cuBLASLt GEMM with the bias and activation fused as an epilogue.
+namespace fused_fc
+{
+constexpr FieldSpec kFIELDS[] = {
+    {"out_features", nvinfer1::PluginFieldType::kINT32, 1, true},
+    {"transpose_weight", nvinfer1::PluginFieldType::kINT32, 1, false},
+    {"alpha", nvinfer1::PluginFieldType::kFLOAT32, 1, false},
+    {"activation", nvinfer1::PluginFieldType::kCHAR, 0, false},
+};
+constexpr PluginSpec kSPEC{"FusedFC", "1", "fusion", 3, 3, 1, 4, kFIELDS};
+enum Field : int32_t
+{
+    kOUT_FEATURES = 0,
+    kTRANSPOSE_WEIGHT = 1,
+    kALPHA = 2,
+    kACTIVATION = 3,
+};
+enum Input : int32_t
+{
+    kINPUT_X = 0,
+    kINPUT_W = 1,
+    kINPUT_B = 2,
+};
+constexpr int32_t kTRANSPOSE_WEIGHT_DEFAULT = 0;
+constexpr int32_t kTRANSPOSE_WEIGHT_CHOICES[] = {0, 1};
+constexpr int32_t kNB_TRANSPOSE_WEIGHT_CHOICES = 2;
+constexpr float kALPHA_DEFAULT = 1.0F;
+constexpr char const* kACTIVATION_DEFAULT = "none";
+constexpr char const* kACTIVATION_CHOICES[] = {"none", "relu", "gelu_erf", "gelu_tanh"};
+constexpr int32_t kNB_ACTIVATION_CHOICES = 4;
+} // namespace fused_fc
+
+} // namespace specs
+} // namespace fusion

@@ -1,0 +1,6 @@
+// LayerNorm kernels: y = (x - mean) / sqrt(var + eps) * g + b per row, fp32 accumulation.
+// Defines the extern "C" entry points listed in common/normKernels.cuh; no TensorRT here,
+// so cupy.RawModule compiles this file as is (include path: plugin_src/).
+#include "common/normKernels.cuh"
+
+FUSION_NORM_KERNELS(FUSION_NORM_DEFINE_N, FUSION_NORM_DEFINE_LOOP, layernorm, false)

@@ -1,0 +1,263 @@
+"""The plugin library on a CPU machine: generated spec header, build, contract check against
+fusion.specs (and that a wrong spec is caught), exports, launch policy, the C++ harness's
+GPU-free steps, and NVRTC compatibility of the kernel sources.
+
+Needs nvcc (skipped without it), the TensorRT 10 headers (pip: kernel-lens) and cublasLt.h
+(pip: nvidia-cublas).  Set FUSION_PLUGIN_BUILD_DIR to reuse one build across runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fusion import plugin_lib as pl
+from fusion.errors import PluginBuildError
+from fusion.specs import Field, FieldType, fusion_specs
+
+HAVE_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").is_file()
+needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not found: the plugin library cannot be built here")
+
+
+def _wheel_lib(name: str) -> Path | None:
+    """A library shipped in an nvidia-* wheel (nvidia/cu13/lib), if installed."""
+    spec = importlib.util.find_spec("nvidia")
+    for d in spec.submodule_search_locations if spec else []:
+        p = Path(d) / "cu13" / "lib" / name
+        if p.is_file():
+            return p
+    return None
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    if not HAVE_NVCC:
+        pytest.skip("nvcc not found: the plugin library cannot be built here")
+    out = Path(os.environ.get("FUSION_PLUGIN_BUILD_DIR") or tmp_path_factory.mktemp("plugin_build"))
+    return pl.build_library(out, with_harness=True)
+
+
+# ------------------------------------------------------------------ spec header
+
+
+def test_committed_spec_header_is_current():
+    committed = (pl.plugin_src_dir() / pl.SPEC_HEADER_REL).read_text()
+    assert committed == pl.render_spec_header(), "run: python -m fusion.plugin_lib header"
+
+
+def test_spec_header_carries_every_field():
+    text = pl.render_spec_header()
+    for spec in fusion_specs():
+        assert f'"{spec.op_type}", "{spec.version}", "{spec.namespace}"' in text
+        for f in spec.fields:
+            assert f'{{"{f.name}", nvinfer1::PluginFieldType::{f.type.trt_name}' in text
+
+
+def test_spec_header_refuses_unmapped_field_types():
+    spec = dataclasses.replace(fusion_specs()[0], fields=(Field("w", FieldType.TENSOR, "weights"),))
+    with pytest.raises(ValueError, match="no C\\+\\+ mapping"):
+        pl.render_spec_header([spec])
+
+
+def test_plugin_readmes_document_every_parameter():
+    for spec in fusion_specs():
+        text = (pl.plugin_src_dir() / spec.source_dir / "README.md").read_text()
+        assert f"# {spec.op_type}" in text
+        for name in [f.name for f in spec.fields] + [p.name for p in spec.inputs + spec.outputs]:
+            assert f"| `{name}` |" in text, f"{spec.source_dir}/README.md lacks {name}"
+        for f in spec.fields:
+            assert f"`{f.type.trt_name}`" in text
+
+
+# ------------------------------------------------------------------ build and contract
+
+
+@needs_nvcc
+def test_library_agrees_with_specs(built):
+    assert pl.check_library(built) == []
+
+
+@needs_nvcc
+def test_describe_reports_each_creator(built):
+    creators = pl.describe_library(built)
+    assert [(c["name"], c["version"], c["namespace"]) for c in creators] == [s.key for s in fusion_specs()]
+    for c in creators:
+        assert (c["interface"]["kind"], c["interface"]["major"]) == ("PLUGIN CREATOR_V3ONE", 1)
+        assert c["plugin"]["created"] and c["plugin"]["roundtrip"] and c["plugin"]["clone"]
+
+
+def _mutations():
+    ln, rms, fc = fusion_specs()
+    extra = Field("extra", FieldType.INT, "not in the library", default=0)
+    yield "version", [dataclasses.replace(ln, version="2"), rms, fc], "FusedLayerNorm: no creator with version '2'"
+    yield "namespace", [ln, dataclasses.replace(rms, namespace="other"), fc], "FusedRMSNorm: no creator"
+    yield "extra field", [ln, dataclasses.replace(rms, fields=rms.fields + (extra,)), fc], "missing field 'extra'"
+    yield "field type", [ln, rms, dataclasses.replace(fc, fields=(
+        dataclasses.replace(fc.fields[0], type=FieldType.FLOAT),) + fc.fields[1:])], "field 'out_features' is"
+    yield "dropped field", [dataclasses.replace(ln, fields=ln.fields[:1]), rms, fc], "extra field 'axis'"
+    yield "field order", [ln, rms, dataclasses.replace(fc, fields=fc.fields[::-1])], "field order"
+    yield "missing creator", [ln, fc], "creator FusedRMSNorm version '1' namespace 'fusion' is in the library"
+    yield "renamed op", [dataclasses.replace(ln, op_type="FusedLayerNorm2"), rms, fc], "FusedLayerNorm2: no creator"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("what,specs,expected", list(_mutations()), ids=[m[0] for m in _mutations()])
+def test_wrong_spec_is_reported(built, what, specs, expected):
+    problems = pl.check_library(built, specs)
+    assert problems, f"a changed {what} went unnoticed"
+    assert any(expected in p for p in problems), problems
+
+
+@needs_nvcc
+def test_exports_and_dependencies(built):
+    if not shutil.which("nm") or not shutil.which("readelf"):
+        pytest.skip("binutils not installed")
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True)
+    exported = {ln.split()[-1] for ln in nm.stdout.splitlines() if ln.split()[1:2] == ["T"]}
+    assert exported == set(pl.EXPORTS)  # static cudart stays private
+    needed = subprocess.run(["readelf", "-d", str(built)], capture_output=True, text=True, check=True).stdout
+    for lib in ("libnvinfer", "libcudart", "libcublas"):
+        assert lib not in needed
+
+
+@needs_nvcc
+def test_rebuild_is_skipped(built):
+    before = built.stat().st_mtime_ns
+    t = time.monotonic()
+    assert pl.build_library(built.parent, with_harness=True) == built
+    assert built.stat().st_mtime_ns == before
+    assert time.monotonic() - t < 10
+
+
+@needs_nvcc
+def test_compile_error_is_one_line(tmp_path, monkeypatch):
+    src = tmp_path / "plugin_src"
+    shutil.copytree(pl.plugin_src_dir(), src)
+    first = pl.library_sources(src)[0]
+    first.write_text("#error fusion-test-breakage\n" + first.read_text())
+    monkeypatch.setenv("FUSION_PLUGIN_SRC", str(src))
+    with pytest.raises(PluginBuildError, match="fusion-test-breakage") as e:
+        pl.build_library(tmp_path / "out")
+    assert "\n" not in str(e.value)
+
+
+def test_missing_nvcc_is_reported(tmp_path):
+    with pytest.raises(PluginBuildError, match="nvcc not found"):
+        pl.build_library(tmp_path, nvcc=str(tmp_path / "no-nvcc"))
+
+
+@needs_nvcc
+def test_missing_tensorrt_headers_are_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORRT_INCLUDE", str(tmp_path))
+    monkeypatch.setattr(pl, "_package_dirs", lambda name: [])
+    if any((Path(d) / "NvInferRuntime.h").is_file() for d in ("/usr/include/x86_64-linux-gnu", "/usr/include",
+                                                             "/usr/local/tensorrt/include")):  # fmt: skip
+        pytest.skip("system TensorRT headers present")
+    with pytest.raises(PluginBuildError, match="kernel-lens"):
+        pl.build_library(tmp_path / "out")
+
+
+def test_missing_library_is_reported(tmp_path):
+    with pytest.raises(PluginBuildError, match="not found"):
+        pl.check_library(tmp_path / "libnothing.so")
+
+
+# ------------------------------------------------------------------ launch policy
+
+
+SHAPES = [(r, c) for r in (1, 7, 4099) for c in (1, 3, 255, 256, 768, 1023, 1024, 1025, 1536, 2048, 3072, 4096, 4097, 8192,
+                                                 16384, 32768, 65536, 100000)]  # fmt: skip
+
+
+@needs_nvcc
+def test_python_launch_policy_matches_library(built):
+    for op in pl.NORM_OPS:
+        for dtype in ("float32", "float16", "bfloat16"):
+            for rows, cols in SHAPES:
+                for vec in (True, False):
+                    want = pl.library_norm_plan(built, op, dtype, rows, cols, vec)
+                    assert pl.norm_launch_config(op, dtype, rows, cols, vec) == want, (op, dtype, rows, cols, vec)
+
+
+def test_launch_policy_paths():
+    assert pl.norm_launch_config("layernorm", "float16", 8192, 768) == ("fusion_layernorm_warp_f16_v8_n3", 2048, 128)
+    assert pl.norm_launch_config("rmsnorm", "float32", 10, 8192)[0] == "fusion_rmsnorm_block_f32_v4_n8"
+    assert pl.norm_launch_config("layernorm", "bfloat16", 10, 1025)[0].startswith("fusion_layernorm_block_bf16_v1")
+    assert pl.norm_launch_config("layernorm", "float32", 10, 1 << 20)[0] == "fusion_layernorm_loop_f32_v4"
+    with pytest.raises(ValueError):
+        pl.norm_launch_config("layernorm", "int8", 1, 1)
+
+
+# ------------------------------------------------------------------ harness (GPU-free steps)
+
+
+def _harness(built: Path, env: dict[str, str]) -> tuple[int, dict, str]:
+    out = built.parent / "harness_cpu.json"
+    proc = subprocess.run([str(built.parent / pl.HARNESS_NAME), str(built), "--cpu", "--json", str(out)],
+                          capture_output=True, text=True, env={**os.environ, **env}, timeout=120)  # fmt: skip
+    return proc.returncode, json.loads(out.read_text()), proc.stdout + proc.stderr
+
+
+@needs_nvcc
+def test_harness_cpu_steps(built):
+    cublas = _wheel_lib("libcublasLt.so.13")
+    if cublas is None:
+        pytest.skip("nvidia-cublas not installed: FC configure cannot open cuBLASLt")
+    rc, report, text = _harness(built, {"FUSION_CUBLASLT": str(cublas)})
+    assert rc == 0, text[-3000:]
+    assert report["failed"] == 0 and report["passed"] > 50
+    plugins = {c["plugin"] for c in report["cases"]}
+    assert plugins == {s.op_type for s in fusion_specs()}
+    assert all(n["ok"] for n in report["negative"])
+
+
+@needs_nvcc
+def test_harness_reports_missing_cublaslt(built, tmp_path):
+    rc, report, _ = _harness(built, {"FUSION_CUBLASLT": str(tmp_path / "libcublasLt.so.13")})
+    assert rc == 1
+    for case in report["cases"]:
+        if case["plugin"] == "FusedFC":
+            assert list(case["failures"]) and all(f.startswith("configure: FusedFC needs cuBLASLt") for f in case["failures"])
+            assert "FUSION_CUBLASLT" in case["failures"][0]
+        else:
+            assert case["ok"], case
+
+
+# ------------------------------------------------------------------ NVRTC (what cupy.RawModule does)
+
+
+def _nvrtc():
+    lib = _wheel_lib("libnvrtc.so.13")
+    if lib is None:
+        pytest.skip("NVRTC not installed (pip install nvidia-cuda-nvrtc)")
+    for builtins in sorted(lib.parent.glob("libnvrtc-builtins.so.*")):
+        ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)  # found by soname from libnvrtc
+    return ctypes.CDLL(str(lib))
+
+
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "fc"])
+def test_kernel_sources_compile_with_nvrtc(name):
+    nvrtc = _nvrtc()
+    options = [*pl.kernel_compile_options(), "-arch=compute_90"]
+    if not any(o.startswith("-I") and Path(o[2:], "cuda_bf16.h").is_file() for o in options):
+        pytest.skip("CUDA headers not found")
+    prog = ctypes.c_void_p()
+    code = pl.kernel_code(name).encode()
+    assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), code, name.encode(), 0, None, None) == 0
+    opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+    rc = nvrtc.nvrtcCompileProgram(prog, len(options), opts)
+    size = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+    assert rc == 0, log.value.decode()[:2000]
