@@ -195,8 +195,8 @@ FUSED_LAYER_NORM = PluginSpec(
     namespace="fusion",
     inputs=(
         Port("X", "input, fp32/fp16/bf16"),
-        Port("Scale", "γ, shaped like the normalized dims (the emitter always provides it)", optional=True),
-        Port("B", "β, shaped like the normalized dims (the emitter always provides it)", optional=True),
+        Port("Scale", "γ, shaped like the normalized dims, same type as X (the emitter always provides it)", optional=True),
+        Port("B", "β, shaped like the normalized dims, same type as X (the emitter always provides it)", optional=True),
     ),
     outputs=(Port("Y", "normalized output, same type and shape as X"),),
     fields=(_EPS, _AXIS),
@@ -210,7 +210,7 @@ FUSED_RMS_NORM = PluginSpec(
     namespace="fusion",
     inputs=(
         Port("X", "input, fp32/fp16/bf16"),
-        Port("Scale", "γ, shaped like the normalized dims (the emitter always provides it)", optional=True),
+        Port("Scale", "γ, shaped like the normalized dims, same type as X (the emitter always provides it)", optional=True),
     ),
     outputs=(Port("Y", "normalized output, same type and shape as X"),),
     fields=(_EPS, _AXIS),
