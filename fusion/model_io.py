@@ -198,6 +198,10 @@ def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None
             f.write(proto.SerializeToString())
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes 0600 files: give them the mode a plain open() would have.
+        mode = _default_mode()
+        for tmp, _ in renames:
+            os.chmod(tmp, mode)
         # Data file first, model last: a reader never sees a model whose data is missing.
         while renames:
             tmp, final = renames[0]
@@ -211,6 +215,17 @@ def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _default_mode() -> int:
+    """0o666 less the umask, read without changing it (os.umask would, for every thread)."""
+    try:
+        with open("/proc/self/status") as f:
+            umask = next(int(ln.split()[1], 8) for ln in f if ln.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _stream_external_data(proto: onnx.ModelProto, f, data_name: str, source_dir: str | None) -> onnx.ModelProto:

@@ -155,3 +155,12 @@ def test_verify_stays_callable_after_its_module_is_imported():
 
     importlib.import_module("fusion.verify")
     assert callable(fusion.verify)
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        model_io.save(build(LAYER), tmp_path / "m.onnx")
+    finally:
+        os.umask(old)
+    assert (os.stat(tmp_path / "m.onnx").st_mode & 0o777) == 0o644
