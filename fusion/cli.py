@@ -4,6 +4,7 @@
     python -m fusion verify model.onnx fused.onnx
     python -m fusion list
     python -m fusion plugins build | check LIB
+    python -m fusion docs [--check]                       # the README's generated tables
     python -m fusion build fused.onnx -o model.engine --shapes ...   (needs TensorRT)
 
 Errors become one line on stderr and exit code 2 (bad input) or 3 (a bug here); ``--debug``
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -65,6 +65,10 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     if args.dry_run:
         result = api.inspect(args.model, passes, target=args.target)
         print(report.to_json(result) if args.json else report.text(result, dry_run=True))
+        if args.report:
+            from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+
+            write_report(args.model, None, result, args.report)  # no fused model: verify is skipped
         return 0
     if not args.output:
         raise FusionError("fuse needs -o OUTPUT (or --dry-run)")
@@ -91,7 +95,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     kwargs = {}
     if args.trt:
-        kwargs = {"plugins": args.plugins or [], "precision": args.precision}
+        kwargs = _engine_options(args)
+        kwargs["profiles"] = _profiles(args.profile)
     rep = verify(
         args.original,
         args.fused,
@@ -181,10 +186,58 @@ def cmd_plugins_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_build(args: argparse.Namespace) -> int:
-    from .trt import build_engine_cli  # noqa: PLC0415 - TensorRT is optional
+def cmd_docs(args: argparse.Namespace) -> int:
+    from . import docs
 
-    return build_engine_cli(args)
+    path = Path(args.readme) if args.readme else docs.default_readme()
+    if args.check:
+        if not path.is_file():
+            raise FusionError(f"no README at {path}")
+        stale = docs.stale_sections(path.read_text(encoding="utf-8"))
+        if stale:
+            print(f"{path}: out of date: {', '.join(stale)} (run: python -m fusion docs)")
+            return 1
+        print(f"{path}: generated sections up to date")
+        return 0
+    changed = docs.update(path)
+    print(f"{path}: {'rewritten' if changed else 'already up to date'}")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .trt import build_engine  # noqa: PLC0415 - TensorRT is optional
+
+    built = build_engine(args.model, shapes=_profiles(args.shapes), out=args.output, **_engine_options(args))
+    info = built.summary()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{args.output}: TensorRT {info['trt_version']}, {info['precision']}, {info['network_layers']} layers, "
+          f"{len(info['plugin_layers'])} plugin layers, built in {info['build_s']:.1f}s")
+    for k, prof in enumerate(info["profiles"]):
+        print(f"  profile {k}: " + "; ".join(f"{n} min {r[0]} opt {r[1]} max {r[2]}" for n, r in prof.items()))
+    for p in info["plugin_layers"]:
+        print(f"  plugin layer: {p}")
+    return 0
+
+
+def _engine_options(args: argparse.Namespace) -> dict:
+    """Build options shared by `build` and `verify --trt`."""
+    opts: dict = {"plugins": args.plugins or [], "precision": args.precision}
+    if args.no_tactic_sources:
+        opts["tactic_sources"] = []
+    if args.timing_cache:
+        opts["timing_cache"] = args.timing_cache
+    return opts
+
+
+def _profiles(groups: Sequence[Sequence[str]] | None) -> list[dict] | None:
+    """Each --shapes/--profile occurrence is one optimization profile."""
+    if not groups:
+        return None
+    from .trt_profiles import parse_profile  # noqa: PLC0415
+
+    return [parse_profile(g) for g in groups]
 
 
 # -- parser -----------------------------------------------------------------------------
@@ -209,8 +262,16 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("original")
     p.add_argument("fused")
     p.add_argument("--trt", action="store_true", help="run the fused model on TensorRT instead of onnxruntime")
-    p.add_argument("--plugins", nargs="+", help="plugin libraries to load (with --trt)")
-    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="engine precision (with --trt)")
+    g = p.add_argument_group("TensorRT (with --trt)")
+    g.add_argument(
+        "--profile",
+        nargs="+",
+        action="append",
+        metavar="RANGE",
+        help="an optimization profile: input:MIN,OPT,MAX shapes (1x1,8x128,32x512) or dim=MIN,OPT,MAX; repeat for "
+        "more profiles; inputs default to each profile's min/opt/max (default profile: spans the verify shapes)",
+    )
+    _add_engine_args(g)
     _add_verify_args(p)
     _add_output_args(p)
     p.set_defaults(func=cmd_verify)
@@ -234,6 +295,11 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("library")
     c.set_defaults(func=cmd_plugins_check)
 
+    p = sub.add_parser("docs", help="regenerate the README's tables from the specs, rules and CLI (or --check)")
+    p.add_argument("--check", action="store_true", help="exit 1 if the README's generated tables are out of date")
+    p.add_argument("--readme", help="README path (default: the checkout's README.md)")
+    p.set_defaults(func=cmd_docs)
+
     p = sub.add_parser("build", help="build a TensorRT engine (needs TensorRT)")
     _add_build_args(p)
     p.set_defaults(func=cmd_build)
@@ -245,12 +311,25 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="engine file")
     p.add_argument(
         "--shapes",
+        "--profile",
+        dest="shapes",
         nargs="+",
-        metavar="INPUT:MIN,OPT,MAX",
-        help="profile ranges, e.g. input_ids:1x1,8x128,32x512 (repeat --profile to add profiles)",
+        action="append",
+        metavar="RANGE",
+        help="an optimization profile: input:MIN,OPT,MAX shapes (input_ids:1x1,8x128,32x512) or dim=MIN,OPT,MAX "
+        "(batch=1,8,32); inputs sharing a dim name share its range; repeat the option for more profiles",
     )
+    _add_engine_args(p)
+    _add_output_args(p)
+
+
+def _add_engine_args(p) -> None:
     p.add_argument("--plugins", nargs="+", default=[], help="plugin libraries to load before parsing")
-    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    p.add_argument("--precision", choices=("fp32", "tf32", "fp16"), default="fp32",
+                   help="fp32 (TF32 off), tf32 or fp16 (default: fp32)")  # fmt: skip
+    p.add_argument("--no-tactic-sources", action="store_true",
+                   help="allow no cuBLAS/cuDNN tactics (TensorRT 8.5 where those libraries are absent)")  # fmt: skip
+    p.add_argument("--timing-cache", metavar="FILE", help="TensorRT timing cache to read and update")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

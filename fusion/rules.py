@@ -47,6 +47,9 @@ class Rule:
     min_progress: int = 4
     signature: frozenset[str] = frozenset()
     doc: str = ""
+    # The forms the pattern covers, one line each ("part: forms"); the README's variant
+    # table is rendered from these (fusion/docs.py), so they live next to the pattern.
+    variants: tuple[str, ...] = ()
 
     def check(self, m: Match, ctx: Context) -> Any:
         raise NotImplementedError

@@ -117,9 +117,12 @@ def verify(
     if backend == "onnxruntime":
         runner = fuse.ort_runner("fused")
     elif backend == "trt":
-        from .trt import trt_runner  # noqa: PLC0415 - TensorRT is optional
+        from .trt_run import setup_verify  # noqa: PLC0415 - TensorRT is optional
 
-        runner = trt_runner(fuse, **backend_options)
+        # Builds the engine; inputs default to the min/opt/max shapes of its profiles.
+        runner, inputs, atol, rtol = setup_verify(
+            orig, fuse, inputs=inputs, shapes=shapes, atol=atol, rtol=rtol, seed=seed, **backend_options
+        )
     else:
         raise VerifyError(f"unknown backend {backend!r} (onnxruntime or trt)")
 

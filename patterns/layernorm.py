@@ -51,6 +51,24 @@ class LayerNormRule(Rule):
     min_progress = 3
     signature = frozenset({"ReduceMean"})
     doc = "ReduceMean → Sub → Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div (→ Mul γ → Add β)"
+    variants = (
+        (
+            "mean: ReduceMean with axes as attribute (opset < 18) or input (opset ≥ 18); one or several axes, "
+            "negative or positive, trailing or not (channels-first ConvNeXt)"
+        ),
+        (
+            "variance: ReduceMean of the square of d = x − mean, reusing the mean or computing its own (torch.var); "
+            "keepdims=0 put back by Reshape (+ Expand) or Unsqueeze (dynamo's torch.var)"
+        ),
+        "square: Pow(d, 2) or Mul(d, d)",
+        "epsilon: Add(variance, eps), or none (eps = 0)",
+        (
+            "normalize: Div(d, Sqrt(v)), Mul(d, Reciprocal(Sqrt(v))), Mul(d, Div(1, Sqrt(v))) or Mul(d, Pow(v, -0.5)), "
+            "v = variance + eps"
+        ),
+        "affine: Mul γ then Add β, only one of them, or neither; either operand order",
+        "casts: float-to-float Cast anywhere in the chain (fp16 models that compute in fp32)",
+    )
 
     def check(self, m, ctx):
         return analyze(m, ctx, "layer", ("mean", "var_mean", "variance"))
@@ -78,6 +96,13 @@ TF_PATTERN = cast(
 class LayerNormTFRule(LayerNormRule):
     pattern = TF_PATTERN
     doc = "TensorFlow form: x·(γ·rsqrt(var+eps)) + (β − mean·γ·rsqrt(var+eps))"
+    variants = (
+        "form: x·s + (β − mean·s) with s = γ·rsqrt(var + eps) (tf2onnx / keras2onnx)",
+        "rsqrt: Reciprocal(Sqrt(var + eps)) or Pow(var + eps, -0.5)",
+        "without β: x·s − mean·s or x·s + Neg(mean·s); without γ: s = rsqrt(var + eps)",
+        "variance: ReduceMean of Pow(d, 2) or Mul(d, d), d = x − mean; Add(eps) present",
+        "casts: float-to-float Cast anywhere in the chain",
+    )
 
 
 TF_RULE = LayerNormTFRule()

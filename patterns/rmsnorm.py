@@ -34,6 +34,17 @@ class RMSNormRule(Rule):
     min_progress = 4
     signature = frozenset({"ReduceMean"})
     doc = "Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div or Reciprocal/Pow(-0.5) → Mul (→ Mul γ)"
+    variants = (
+        "square: Pow(x, 2) or Mul(x, x)",
+        "mean: ReduceMean with axes as attribute or input; keepdims=0 put back by Reshape (+ Expand) or Unsqueeze",
+        "epsilon: Add(ms, eps), or none (eps = 0)",
+        (
+            "normalize: Div(x, Sqrt(v)), Mul(x, Reciprocal(Sqrt(v))) (torch.rsqrt, dynamo), Mul(x, Div(1, Sqrt(v))) "
+            "(torch.rsqrt, TorchScript) or Mul(x, Pow(v, -0.5)), v = ms + eps"
+        ),
+        "scale: Mul γ in either operand order (T5 and LLaMA put γ first), or none",
+        "casts: float-to-float Cast anywhere (LLaMA and T5 upcast to fp32 inside)",
+    )
 
     def check(self, m, ctx):
         if _centered(m["x"]):

@@ -1,0 +1,315 @@
+"""TensorRT engines: build from ONNX with optimization profiles and plugins; inspect them.
+
+    built = fusion.build_engine("fused.onnx", shapes={"batch": (1, 8, 32), "seq": (1, 128, 512)},
+                                plugins=["libmy_plugins.so"], precision="fp16", out="model.engine")
+
+Written against TensorRT's Python API as 8.5 through 10.x have it (explicit batch, name-based
+tensor API, ``build_serialized_network``); the few calls that differ are chosen by feature,
+not version.  Running engines for ``fusion.verify(..., backend="trt")`` is in ``trt_run``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from . import model_io
+from .errors import EngineBuildError
+from .trt_inspect import (
+    PluginLayer,
+    engine_plugin_count,
+    network_plugin_layers,
+    parser_errors,
+)
+from .trt_profiles import InputInfo, ProfileShapes, derive_profiles, model_inputs
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "tf32", "fp16")
+NOT_INSTALLED = "TensorRT is not installed: pip install tensorrt (or run where it is)"
+_LOADED_PLUGINS: set[str] = set()
+_PLUGIN_LOGGER = None
+
+
+def import_trt():
+    """The ``tensorrt`` module, or EngineBuildError saying it is absent."""
+    try:
+        import tensorrt as trt
+    except ImportError as e:
+        raise EngineBuildError(NOT_INSTALLED) from e
+    return trt
+
+
+def trt_version() -> str | None:
+    try:
+        return import_trt().__version__
+    except EngineBuildError:
+        return None
+
+
+def _major(trt) -> int:
+    return int(str(trt.__version__).split(".")[0])
+
+
+_WARNING, _INFO = 2, 3  # ILogger.Severity values
+
+
+_LOGGER_CLASS = None
+
+
+def make_logger(trt):
+    """A TensorRT logger that keeps what was said at WARNING and worse, to quote in errors."""
+    global _LOGGER_CLASS
+    if _LOGGER_CLASS is None:
+
+        class Logger(trt.ILogger):
+            def __init__(self):
+                trt.ILogger.__init__(self)
+                self.messages: list[tuple[int, str]] = []
+
+            def log(self, severity, msg):
+                level = int(severity)  # INTERNAL_ERROR 0, ERROR 1, WARNING 2, INFO 3, VERBOSE 4
+                if level <= _WARNING:
+                    self.messages.append((level, msg))
+                    (log.warning if level == _WARNING else log.error)("TensorRT: %s", msg)
+                elif level == _INFO:
+                    log.debug("TensorRT: %s", msg)
+
+            def errors(self) -> list[str]:
+                return [m for level, m in self.messages if level < _WARNING]
+
+        _LOGGER_CLASS = Logger
+    return _LOGGER_CLASS()
+
+
+def load_plugins(paths: Sequence[str | os.PathLike] = ()) -> None:
+    """Load plugin libraries before parsing, so the parser's fallback importer finds their creators.
+
+    TensorRT's own plugins (libnvinfer_plugin) are registered first.  TensorRT >= 10 loads a
+    library through the plugin registry (it calls the library's ``getCreators`` /
+    ``getPluginCreators``); older ones dlopen it, which runs its static creator registration.
+    """
+    trt = import_trt()
+    global _PLUGIN_LOGGER
+    if _PLUGIN_LOGGER is None:  # TensorRT keeps the logger: it must live as long as the process
+        _PLUGIN_LOGGER = make_logger(trt)
+        trt.init_libnvinfer_plugins(_PLUGIN_LOGGER, "")
+    for p in paths:
+        path = os.path.abspath(os.fspath(p))
+        if path in _LOADED_PLUGINS:
+            continue
+        if not os.path.isfile(path):
+            raise EngineBuildError(f"plugin library {p} does not exist")
+        registry = trt.get_plugin_registry()
+        if hasattr(registry, "load_library"):
+            if registry.load_library(path) is None:
+                raise EngineBuildError(f"TensorRT could not load plugin library {p} (see the log above)")
+        else:
+            try:
+                lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError as e:
+                raise EngineBuildError(f"cannot load plugin library {p}: {e}") from None
+            if hasattr(lib, "getCreators") and not hasattr(lib, "getPluginCreators"):
+                raise EngineBuildError(
+                    f"{p} exports IPluginV3 creators (getCreators), which need TensorRT >= 10; this is {trt.__version__}"
+                )
+        _LOADED_PLUGINS.add(path)
+
+
+@dataclass
+class BuiltEngine:
+    """A serialized engine and what was learned building it."""
+
+    engine: bytes
+    profiles: list[ProfileShapes]
+    inputs: list[InputInfo]
+    trt_version: str
+    precision: str
+    plugin_layers: list[PluginLayer] = field(default_factory=list)  # from the parsed network
+    engine_plugin_layers: int | None = None  # from the engine inspector, where it reports layer types
+    network_layers: int = 0
+    build_s: float = 0.0
+    path: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "trt_version": self.trt_version,
+            "precision": self.precision,
+            "profiles": [{n: [list(s) for s in r] for n, r in p.ranges.items()} for p in self.profiles],
+            "network_layers": self.network_layers,
+            "plugin_layers": [f"{p.name} ({p.plugin})" for p in self.plugin_layers],
+            "engine_plugin_layers": self.engine_plugin_layers,
+            "build_s": round(self.build_s, 3),
+            "engine_bytes": len(self.engine),
+            "path": self.path,
+        }
+
+
+def build_engine(
+    model: Any,
+    shapes: Any = None,
+    plugins: Sequence[str | os.PathLike] = (),
+    precision: str = "fp32",
+    out: str | os.PathLike | None = None,
+    *,
+    tactic_sources: Sequence[str] | int | None = None,
+    workspace_mb: int | None = None,
+    timing_cache: str | os.PathLike | None = None,
+) -> BuiltEngine:
+    """Build a TensorRT engine from an ONNX model (path, bytes or ModelProto).
+
+    ``shapes``: the optimization profile(s), see :mod:`fusion.trt_profiles` (a mapping of input or
+    dim names to ranges, or a list of them).  ``plugins``: libraries loaded before parsing.
+    ``precision``: "fp32" (TF32 off: fp32 means fp32), "tf32" or "fp16".  ``tactic_sources``:
+    None keeps TensorRT's defaults; [] or 0 allows none (no cuBLAS/cuDNN tactics); else names
+    of ``trt.TacticSource`` members.  ``timing_cache``: a file read before and written after
+    the build (speeds up building many similar engines).  ``out``: also write the engine there.
+    """
+    if precision not in PRECISIONS:
+        raise EngineBuildError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    trt = import_trt()
+    proto, source = _load(model)
+    logger = make_logger(trt)
+    load_plugins(plugins)
+    t0 = time.perf_counter()
+    try:
+        builder = trt.Builder(logger)
+    except Exception:  # noqa: BLE001 - pybind11 raises when the factory returns nullptr
+        builder = None
+    if builder is None:
+        said = [m for _, m in logger.messages]  # at this point TensorRT says why as a warning
+        raise EngineBuildError("TensorRT could not create a builder (is a CUDA GPU visible?)" + (f": {said[-1]}" if said else ""))
+    network = builder.create_network(_network_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    ok = parser.parse_from_file(source) if isinstance(source, str) else parser.parse(source)
+    if not ok:
+        raise EngineBuildError(parser_errors(trt, parser, proto, logger))
+
+    shape_tensors = {network.get_input(i).name for i in range(network.num_inputs) if network.get_input(i).is_shape_tensor}
+    inputs = model_inputs(proto, shape_tensors)
+    profiles = derive_profiles(inputs, shapes)
+    config = builder.create_builder_config()
+    _configure(trt, config, precision, tactic_sources, workspace_mb)
+    for prof in profiles:
+        config.add_optimization_profile(_trt_profile(builder, network, prof))
+    cache = _timing_cache(config, timing_cache)
+    plugin_layers = network_plugin_layers(trt, network)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        # The last error is a generic "Assertion engine != nullptr"; the first says which node and why.
+        errors = [e for e in logger.errors() if "engine != nullptr" not in e] or logger.errors()
+        raise EngineBuildError("TensorRT could not build the engine" + (f": {errors[0]}" if errors else ""))
+    engine_bytes = bytes(serialized)
+    if cache is not None and timing_cache:
+        with open(timing_cache, "wb") as f:
+            f.write(memoryview(cache.serialize()))
+    built = BuiltEngine(
+        engine=engine_bytes,
+        profiles=profiles,
+        inputs=inputs,
+        trt_version=trt.__version__,
+        precision=precision,
+        plugin_layers=plugin_layers,
+        engine_plugin_layers=engine_plugin_count(trt, engine_bytes, logger),
+        network_layers=network.num_layers,
+        build_s=time.perf_counter() - t0,
+    )
+    if out is not None:
+        _write(out, engine_bytes)
+        built.path = os.fspath(out)
+    log.info("built engine: %d layers, %d plugin layers, %.1fs", built.network_layers, len(plugin_layers), built.build_s)
+    return built
+
+
+def _write(path: str | os.PathLike, data: bytes) -> None:
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise EngineBuildError(f"cannot write the engine to {path}: {e.strerror or e}") from None
+
+
+def _load(model: Any) -> tuple[onnx.ModelProto, str | bytes]:
+    """The model as a proto (for names and dims) and as what the parser reads."""
+    if isinstance(model, onnx.ModelProto):
+        if model_io.external_tensors(model):
+            raise EngineBuildError("a ModelProto with external data cannot be parsed from memory: pass its path")
+        return model, model.SerializeToString()
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model), load_external_data=False), bytes(model)
+    path = os.fspath(model)
+    return model_io.load(path).proto, path
+
+
+def _network_flags(trt) -> int:
+    # Explicit batch: required before TensorRT 10, the only mode (and the flag deprecated) since.
+    flag = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
+    return 1 << int(flag) if flag is not None and _major(trt) < 10 else 0
+
+
+def _configure(trt, config, precision: str, tactic_sources, workspace_mb: int | None) -> None:
+    if precision == "fp16":
+        config.set_flag(trt.BuilderFlag.FP16)
+    if precision != "tf32" and hasattr(trt.BuilderFlag, "TF32"):
+        config.clear_flag(trt.BuilderFlag.TF32)  # TensorRT turns TF32 on by default
+    if precision == "tf32":
+        config.set_flag(trt.BuilderFlag.TF32)
+    if tactic_sources is not None:
+        config.set_tactic_sources(tactic_mask(trt, tactic_sources))
+    if hasattr(trt, "ProfilingVerbosity"):  # layer types in the engine inspector's report
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if workspace_mb is not None:
+        if hasattr(config, "set_memory_pool_limit"):
+            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mb << 20)
+        else:  # pragma: no cover - TensorRT < 8.4
+            config.max_workspace_size = workspace_mb << 20
+
+
+def tactic_mask(trt, sources: Sequence[str] | int) -> int:
+    """[] / 0 -> 0 (no tactic sources); names of trt.TacticSource members -> their bit mask."""
+    if isinstance(sources, int):
+        return sources
+    mask = 0
+    for s in sources:
+        member = getattr(trt.TacticSource, str(s).upper(), None)
+        if member is None:
+            known = [k for k in dir(trt.TacticSource) if k.isupper()]
+            raise EngineBuildError(f"unknown tactic source {s!r} (TensorRT {trt.__version__} has {', '.join(known)})")
+        mask |= 1 << int(member)
+    return mask
+
+
+def _trt_profile(builder, network, prof: ProfileShapes):
+    p = builder.create_optimization_profile()
+    names = {network.get_input(i).name: network.get_input(i) for i in range(network.num_inputs)}
+    for name, (lo, opt, hi) in prof.ranges.items():
+        if name not in names:
+            raise EngineBuildError(f"the profile names input {name!r}, which the parsed network lacks")
+        if names[name].is_shape_tensor:
+            p.set_shape_input(name, lo, opt, hi)
+        else:
+            p.set_shape(name, lo, opt, hi)
+    if hasattr(p, "is_valid") and not p.is_valid:  # pragma: no cover - derive_profiles checks first
+        raise EngineBuildError(f"TensorRT rejects the profile {prof.describe()}")
+    return p
+
+
+def _timing_cache(config, path):
+    if not hasattr(config, "create_timing_cache"):  # pragma: no cover - TensorRT < 8.0
+        return None
+    data = b""
+    if path and os.path.isfile(path):
+        with open(path, "rb") as f:
+            data = f.read()
+    cache = config.create_timing_cache(data)
+    config.set_timing_cache(cache, ignore_mismatch=True)
+    return cache

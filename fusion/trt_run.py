@@ -1,0 +1,340 @@
+"""Running TensorRT engines: the verify backend and engine latency.
+
+``setup_verify`` is what ``fusion.verify(..., backend="trt")`` calls: it builds the fused
+model's engine (unless given one), makes the inputs (by default the min, opt and max shapes
+of every profile), checks that each fits a profile, and returns a polygraphy runner that
+picks the profile per input and feeds TensorRT the types it expects (TensorRT < 10 turns
+int64 inputs into int32).  ``time_engine`` times an engine on device-resident buffers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import statistics
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .errors import VerifyError
+from .trt_profiles import ProfileShapes, feed_key, find_profile, model_inputs
+
+log = logging.getLogger(__name__)
+
+# The verify tolerances of an fp16 engine's fp32 outputs: those of fp16.
+FP16_TOLERANCE = (2e-2, 2e-2)
+
+
+def setup_verify(
+    orig: Any,
+    fused: Any,
+    *,
+    inputs: Any,
+    shapes: Any,
+    atol: Any,
+    rtol: Any,
+    seed: int,
+    profiles: Any = None,
+    plugins: Sequence[str] = (),
+    precision: str = "fp32",
+    tactic_sources: Any = None,
+    timing_cache: str | None = None,
+    workspace_mb: int | None = None,
+    engine: Any = None,
+) -> tuple[Any, list[dict[str, np.ndarray]], Any, Any]:
+    """-> (runner, feeds, atol, rtol) for verify's comparison.
+
+    ``orig`` / ``fused``: verify's ``_Model`` objects.  ``profiles``: the engine's profiles
+    (see :mod:`fusion.trt_profiles`); without them one profile spans the verify inputs
+    (``inputs``/``shapes``, else every dynamic dim 1, 3, 8).  ``engine``: a
+    :class:`fusion.trt.BuiltEngine` of the fused model to use instead of building one.
+    """
+    from . import trt as trt_build
+    from .verify import make_feeds
+
+    given = None
+    if inputs is not None:
+        given = [dict(inputs)] if isinstance(inputs, Mapping) else [dict(f) for f in inputs]
+    elif shapes is not None:
+        given = make_feeds(orig, shapes, seed)
+    if engine is None:
+        if profiles is None:
+            spec_feeds = given if given is not None else make_feeds(orig, None, seed)
+            profiles = [span_profile(fused.proto, spec_feeds)]
+        engine = trt_build.build_engine(
+            fused.source, shapes=profiles, plugins=plugins, precision=precision,
+            tactic_sources=tactic_sources, timing_cache=timing_cache, workspace_mb=workspace_mb,
+        )  # fmt: skip
+    feeds = given if given is not None else corner_feeds(orig, engine.profiles, seed)
+    shape_tensors = {i.name for i in engine.inputs if i.shape_tensor}
+    for k, feed in enumerate(feeds):
+        check_in_profiles(engine.profiles, engine.inputs, feed, shape_tensors, k)
+    if engine.precision == "fp16":
+        atol, rtol = _fp16_tolerances(orig, atol, 0), _fp16_tolerances(orig, rtol, 1)
+    runner = ProfiledTrtRunner(engine, fused.outputs, name="fused-trt")
+    return runner, feeds, atol, rtol
+
+
+def span_profile(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]) -> dict[str, Any]:
+    """One profile spec holding every feed: per input, elementwise min / median / max."""
+    inputs = model_inputs(model)
+    spec: dict[str, Any] = {}
+    for info in inputs:
+        if not info.dynamic:
+            continue
+        keys = [feed_key({info.name: f[info.name]}, [info.name] if info.shape_tensor else []) for f in feeds]
+        rows = np.array([k[info.name] for k in keys], dtype=np.int64)
+        if rows.ndim != 2 or len({len(k[info.name]) for k in keys}) != 1:
+            raise VerifyError(f"input {info.name!r} changes rank between the verify inputs")
+        lo, hi = rows.min(axis=0), rows.max(axis=0)
+        opt = np.sort(rows, axis=0)[(len(rows) - 1) // 2]
+        spec[info.name] = (tuple(map(int, lo)), tuple(map(int, opt)), tuple(map(int, hi)))
+    return spec
+
+
+def corner_feeds(orig: Any, profiles: Sequence[ProfileShapes], seed: int) -> list[dict[str, np.ndarray]]:
+    """Random inputs at the min, opt and max of every profile (duplicates dropped)."""
+    from .verify import make_feeds
+
+    if not profiles:
+        return make_feeds(orig, None, seed)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in orig.inputs}
+    feeds, seen = [], set()
+    for prof in profiles:
+        for which in ("min", "opt", "max"):
+            point = prof.point(which)
+            shapes = {n: list(s) for n, s in point.items() if n not in prof.shape_tensors}
+            feed = make_feeds(orig, [shapes], seed)[0]
+            for name in prof.shape_tensors & set(point):
+                feed[name] = np.array(point[name], dtype=onnx.helper.tensor_dtype_to_np_dtype(types[name]))
+            key = tuple((n, a.shape, a.tobytes() if n in prof.shape_tensors else b"") for n, a in sorted(feed.items()))
+            if key not in seen:
+                seen.add(key)
+                feeds.append(feed)
+    return feeds
+
+
+def check_in_profiles(profiles: Sequence[ProfileShapes], inputs, feed: Mapping[str, np.ndarray], shape_tensors,
+                      k: int) -> int | None:
+    """The profile that holds ``feed``; VerifyError naming the shapes and the profiles if none."""
+    key = feed_key(feed, shape_tensors)
+    if not profiles:  # a static engine: the model's own shapes
+        for info in inputs:
+            want = tuple(d for d in info.dims)
+            if info.name in key and not info.shape_tensor and key[info.name] != want:
+                raise VerifyError(f"shape point {k}: input {info.name!r} has shape {list(key[info.name])}; "
+                                  f"the engine is static {list(want)}")
+        return None
+    idx = find_profile(profiles, key)
+    if idx is None:
+        got = ", ".join(f"{n}={list(s)}" for n, s in key.items())
+        have = " | ".join(f"profile {i}: {p.describe()}" for i, p in enumerate(profiles))
+        raise VerifyError(f"shape point {k} ({got}) is outside every optimization profile of the engine ({have})")
+    return idx
+
+
+def _fp16_tolerances(orig: Any, value: Any, which: int) -> Any:
+    """fp32 outputs of an fp16 engine get fp16 tolerances, unless the caller set their own."""
+    if value is not None and not isinstance(value, Mapping):
+        return value
+    out = dict(value or {})
+    for o in orig.outputs:
+        if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT and o.name not in out:
+            out[o.name] = FP16_TOLERANCE[which]
+    return out or None
+
+
+def _base_runner():
+    from polygraphy.backend.base import BaseRunner
+
+    return BaseRunner
+
+
+class ProfiledTrtRunner(_base_runner()):
+    """A polygraphy runner over one engine with one TensorRT execution context per profile.
+
+    Each input set runs on the first profile that holds it (one context per profile: a
+    profile may be active in one context at a time).  Inputs are cast to the engine's
+    types and outputs back to the ONNX model's.
+    """
+
+    def __init__(self, built: Any, outputs: Sequence[onnx.ValueInfoProto] = (), name: str = "trt"):
+        super().__init__(name=name, prefix="trt-runner")
+        self.built = built
+        self.output_types = {
+            o.name: onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type)
+            for o in outputs
+            if o.type.tensor_type.elem_type
+        }
+        self.shape_tensors = {i.name for i in built.inputs if i.shape_tensor}
+        self.profile_used: list[int | None] = []
+
+    def activate_impl(self) -> None:
+        from .trt import import_trt, load_plugins, make_logger
+
+        trt = import_trt()
+        load_plugins()  # TensorRT's own plugin creators, for deserializing
+        self._logger = make_logger(trt)
+        self._runtime = trt.Runtime(self._logger)
+        self.engine = self._runtime.deserialize_cuda_engine(self.built.engine)
+        if self.engine is None:
+            raise VerifyError("TensorRT could not deserialize the engine: " + "; ".join(self._logger.errors()[-1:]))
+        n = max(1, len(self.built.profiles))
+        self.runners = [self._sub_runner(i if self.built.profiles else None) for i in range(n)]
+        for r in self.runners:
+            r.activate()
+        self.engine_types = {}
+        for i in range(self.engine.num_io_tensors):
+            name = self.engine.get_tensor_name(i)
+            self.engine_types[name] = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
+
+    def _sub_runner(self, profile: int | None):
+        from polygraphy.backend.trt import TrtRunner
+
+        return TrtRunner(self.engine, optimization_profile=profile, name=f"{self.name}-p{profile or 0}")
+
+    def get_input_metadata_impl(self):
+        from polygraphy.common import TensorMetadata
+
+        meta = TensorMetadata()
+        for info in self.built.inputs:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(info.elem_type)
+            meta.add(info.name, dtype=dtype, shape=[d if isinstance(d, int) else -1 for d in info.dims])
+        return meta
+
+    def infer_impl(self, feed_dict: Mapping[str, np.ndarray]) -> OrderedDict[str, np.ndarray]:
+        idx = check_in_profiles(self.built.profiles, self.built.inputs, feed_dict, self.shape_tensors, len(self.profile_used))
+        self.profile_used.append(idx)
+        runner = self.runners[idx or 0]
+        feed = OrderedDict((n, _cast(n, np.asarray(a), self.engine_types.get(n))) for n, a in feed_dict.items())
+        out = runner.infer(feed, check_inputs=False)
+        self.inference_time = runner.last_inference_time()
+        return OrderedDict((n, np.array(a, dtype=self.output_types.get(n, np.asarray(a).dtype), copy=True))
+                           for n, a in out.items())  # fmt: skip
+
+    def deactivate_impl(self) -> None:
+        for r in getattr(self, "runners", []):
+            r.deactivate()
+        self.runners = []
+        self.engine = None
+
+
+def _cast(name: str, arr: np.ndarray, want: np.dtype | None) -> np.ndarray:
+    if want is None or arr.dtype == want:
+        return arr
+    if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(want, np.integer):
+        info = np.iinfo(want)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise VerifyError(f"input {name!r} holds values outside {want} (TensorRT's type for it)")
+    return np.ascontiguousarray(arr.astype(want))
+
+
+# -- latency ---------------------------------------------------------------------------------
+
+
+class CudaTimer:
+    """CUDA events through the CUDA runtime that polygraphy loads (no torch in TensorRT's Python)."""
+
+    def __init__(self):
+        from polygraphy import cuda
+
+        self.cuda = cuda
+        self.rt = cuda.wrapper().handle
+        self.start, self.end = self._event(), self._event()
+
+    def _event(self) -> ctypes.c_void_p:
+        ev = ctypes.c_void_p()
+        self._check(self.rt.cudaEventCreate(ctypes.byref(ev)), "cudaEventCreate")
+        return ev
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} failed with CUDA error {status}")
+
+    def time(self, stream_ptr: int, launch, n: int) -> float:
+        """Milliseconds per launch over ``n`` launches between two events."""
+        s = ctypes.c_void_p(stream_ptr)
+        self._check(self.rt.cudaEventRecord(self.start, s), "cudaEventRecord")
+        for i in range(n):
+            launch(i)
+        self._check(self.rt.cudaEventRecord(self.end, s), "cudaEventRecord")
+        self._check(self.rt.cudaEventSynchronize(self.end), "cudaEventSynchronize")
+        ms = ctypes.c_float()
+        self._check(self.rt.cudaEventElapsedTime(ctypes.byref(ms), self.start, self.end), "cudaEventElapsedTime")
+        return ms.value / n
+
+    def close(self) -> None:
+        for ev in (self.start, self.end):
+            self.rt.cudaEventDestroy(ev)
+
+
+def time_engine(built: Any, feed: Mapping[str, np.ndarray], *, repeats: int = 5, target_ms: float = 20.0,
+                warmup: int = 10) -> dict[str, Any]:
+    """Median ms per inference of ``built`` on ``feed``: inputs and outputs stay on the device,
+    ``execute_async_v3`` launches between CUDA events on one stream."""
+    from polygraphy import cuda
+
+    from .trt import import_trt, load_plugins, make_logger
+
+    trt = import_trt()
+    load_plugins()
+    logger = make_logger(trt)
+    runtime = trt.Runtime(logger)
+    engine = runtime.deserialize_cuda_engine(built.engine)
+    context = engine.create_execution_context()
+    stream = cuda.Stream()
+    shape_tensors = {i.name for i in built.inputs if i.shape_tensor}
+    idx = check_in_profiles(built.profiles, built.inputs, feed, shape_tensors, 0)
+    if idx:
+        context.set_optimization_profile_async(idx, stream.ptr)
+    buffers, host = [], []
+    try:
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+            if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+                arr = _cast(name, np.asarray(feed[name]), dtype)
+                context.set_input_shape(name, arr.shape)
+                if engine.is_shape_inference_io(name):  # shape tensors are read from host memory
+                    host.append(arr)
+                    context.set_tensor_address(name, arr.ctypes.data)
+                    continue
+                dev = cuda.DeviceArray(shape=arr.shape, dtype=dtype)
+                dev.copy_from(arr, stream)
+                buffers.append(dev)
+                context.set_tensor_address(name, dev.ptr)
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            if engine.get_tensor_mode(name) != trt.TensorIOMode.OUTPUT:
+                continue
+            shape = tuple(context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise VerifyError(f"output {name!r} has a data-dependent shape: not timed")
+            dev = cuda.DeviceArray(shape=shape, dtype=np.dtype(trt.nptype(engine.get_tensor_dtype(name))))
+            buffers.append(dev)
+            context.set_tensor_address(name, dev.ptr)
+
+        def launch(_i: int) -> None:
+            if not context.execute_async_v3(stream.ptr):
+                raise RuntimeError("execute_async_v3 failed")
+
+        for i in range(warmup):
+            launch(i)
+        stream.synchronize()
+        timer = CudaTimer()
+        try:
+            probe = timer.time(stream.ptr, launch, 10)
+            n = int(min(2000, max(10, target_ms / max(probe, 1e-4))))
+            runs = [timer.time(stream.ptr, launch, n) for _ in range(repeats)]
+        finally:
+            timer.close()
+        return {"ms": statistics.median(runs), "ms_min": min(runs), "iters": n, "repeats": repeats,
+                "method": "execute_async_v3, device-resident buffers, CUDA events"}  # fmt: skip
+    finally:
+        for b in buffers:
+            b.free()
+        stream.free()
