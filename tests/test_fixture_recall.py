@@ -48,14 +48,10 @@ TRT_CASES = [r for r in RECORDS if r["expected_layernorm_fusions"] and r["dtype"
 
 @pytest.mark.parametrize("record", TRT_CASES[::3], ids=_id)
 def test_trt_target_on_real_exports(record):
-    """TensorRT's LayerNorm plugin serves every LayerNorm (rank-3 views); RMSNorm stays as is."""
-    path = fixture_path(record["file"])
-    result = fusion.run(str(path), ["layernorm", "rmsnorm"], target="trt")
-    assert result.counts().get("layernorm", 0) == record["expected_layernorm_fusions"]
-    import onnx
-
-    feeds = random_feeds(record, "max", seed=2)
-    want, got = run(onnx.load(str(path)), feeds), run(result.model, feeds)
-    for a, b in zip(want, got):
-        scale = max(1.0, float(np.abs(a).max()))
-        assert np.abs(a.astype(np.float64) - b.astype(np.float64)).max() <= TOLERANCE[record["dtype"]] * scale
+    """The fixtures' norms are 16 or 32 wide, where TensorRT's LayerNorm plugin is inaccurate:
+    the trt target leaves every one of them, saying why, and the model unchanged."""
+    result = fusion.inspect(str(fixture_path(record["file"])), ["layernorm"], target="trt")
+    assert not result.fusions
+    reasons = [m.reason for m in result.near_misses]
+    assert len(reasons) == record["expected_layernorm_fusions"], reasons
+    assert all("TensorRT's LayerNorm plugin is inaccurate below 48" in r for r in reasons), reasons

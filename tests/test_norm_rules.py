@@ -245,23 +245,33 @@ def test_std_not_used_as_norm_does_not_match():
 # -- targets ---------------------------------------------------------------------------------
 
 
+WIDE = LAYER.with_(shape=("B", "S", 64))  # TensorRT's plugin is exact from 48 elements
+
+
 def test_trt_target_uses_shipped_layernorm_on_rank3_directly():
-    form = LAYER
+    form = WIDE
     fused = fusion.fuse_layernorm(build(form), target="trt")
     assert [n.op_type for n in fused.graph.node] == ["LayerNorm"]
     _check_against_spec(fused.graph.node[0], specs.TRT_LAYER_NORM)
     assert max_error(build(form), fused, feeds(form)) < 1e-4
 
 
-@pytest.mark.parametrize("shape,axes", [(("N", 16), (-1,)), (("B", 2, 3, 16), (-1,)), (("B", 4, 8), (-2, -1))])
+@pytest.mark.parametrize("shape,axes", [(("N", 64), (-1,)), (("B", 2, 3, 64), (-1,)), (("B", 4, 16), (-2, -1))])
 def test_trt_target_reshapes_other_ranks_to_rank3(shape, axes):
     form = LAYER.with_(shape=shape, axes=axes)
     fused = fusion.fuse_layernorm(build(form), target="trt")
     ops = [n.op_type for n in fused.graph.node]
     assert ops.count("LayerNorm") == 1 and ops.count("Reshape") == 2
     shape3 = next(t for t in fused.graph.initializer if t.name.endswith("shape3d"))
-    assert list(onnx.numpy_helper.to_array(shape3)) == [-1, 1, 16 if len(axes) == 1 else 32]
+    assert list(onnx.numpy_helper.to_array(shape3)) == [-1, 1, 64]
     assert max_error(build(form), fused, feeds(form)) < 1e-4
+
+
+def test_trt_target_keeps_to_sizes_where_the_plugin_is_exact():
+    result = fusion.inspect(build(LAYER.with_(shape=("B", "S", 32))), ["layernorm"], target="trt")
+    assert [m.reason for m in result.near_misses] == [
+        "target trt: TensorRT's LayerNorm plugin is inaccurate below 48 normalized elements (this norm has 32)"
+    ]
 
 
 def test_trt_target_has_no_rmsnorm():
@@ -294,7 +304,7 @@ def test_onnx_target_rmsnormalization_at_opset23():
 
 @pytest.mark.parametrize("target", ["plugin", "trt"])
 def test_fused_models_pass_the_full_checker_and_carry_functions(target):
-    fused = fusion.fuse_layernorm(build(LAYER), target=target)
+    fused = fusion.fuse_layernorm(build(WIDE), target=target)
     onnx.checker.check_model(fused, full_check=True)
     assert {(f.domain, f.name) for f in fused.functions} == {
         (specs.PLUGIN_DOMAIN, "FusedLayerNorm" if target == "plugin" else "LayerNorm")
