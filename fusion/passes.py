@@ -19,7 +19,7 @@ import onnx
 
 from . import specs
 from .errors import FusionError
-from .ir import Node, Tensor
+from .ir import Node
 from .graph import ModelGraph, Scope, weightless
 from .model_io import check_graph, check_versions, external_tensors
 from .pattern import Failure, Match, Matcher
@@ -60,6 +60,12 @@ class PassResult:
     near_misses: list[NearMiss] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    dry_run: bool = False
+
+    def __str__(self) -> str:
+        from .report import text  # noqa: PLC0415 - report imports this module
+
+        return text(self, self.dry_run)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -129,7 +135,7 @@ def run(
     misses = _dedupe(misses, claimed)
 
     if dry_run or not editor.modified:
-        return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0)
+        return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0, dry_run=dry_run)
     out, warnings = editor.apply(with_functions=functions, inplace=inplace)
 
     # ensures

@@ -89,15 +89,16 @@ def test_python_examples_run(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_examples_run(tmp_path, monkeypatch, capsys):
-    """Every `python -m fusion ...` line in the README's sh blocks that needs no GPU."""
+    """Every `python -m fusion ...` line in the README's sh blocks that needs no GPU or TensorRT."""
     shutil.copy(EXAMPLE, tmp_path / "model.onnx")
     monkeypatch.chdir(tmp_path)
     ran = 0
     for block in fenced(README.read_text(encoding="utf-8"), "sh"):
         for line in block.splitlines():
             cmd = line.split("#", 1)[0].strip()
-            if not cmd.startswith("python -m fusion ") or " plugins " in f" {cmd} ":
-                continue  # the set-up lines and the nvcc build are not run here
+            needs_gpu = cmd.startswith("python -m fusion build ") or " --trt" in cmd
+            if not cmd.startswith("python -m fusion ") or " plugins " in f" {cmd} " or needs_gpu:
+                continue  # the set-up lines, the nvcc build and TensorRT are not run here
             args = shlex.split(cmd)[3:]
             assert cli.main(args) == 0, cmd
             ran += 1
