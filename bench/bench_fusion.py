@@ -24,6 +24,7 @@ with ratios (their time / ours) and the number of LayerNorms each found.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import platform
@@ -135,6 +136,7 @@ def measure(path: Path, tools: dict[str, Callable], rounds: int, fresh: set[str]
             if name in fresh:  # tools that edit their input get their own copy, untimed
                 model = onnx.ModelProto()
                 model.CopyFrom(base)
+            gc.collect()  # no tool pays for another's garbage
             dt, n = tool(model)
             if r:
                 times[name].append(dt)

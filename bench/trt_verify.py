@@ -254,7 +254,7 @@ def run_model(rec: dict[str, Any], targets: list[str], opts: dict, trt_ver: str 
                     fres = build_and_check(fused, path, profiles, precision, opts, f"{rec['file']} trt", refs)
                 else:  # nothing fused: the fused model is the original
                     fres = dict(unfused)
-                    row["note"] = _nothing_fused_note(rec)
+                    row["note"] = _nothing_fused_note(rec, path)
                 row.update({k: v for k, v in fres.items() if k not in ("ms", "ms_min")})
                 row.update(fused_ms=fres.get("ms"), unfused_ms=unfused.get("ms"),
                            unfused_built=unfused.get("built"), unfused_error=unfused.get("error"),
@@ -269,7 +269,11 @@ def run_model(rec: dict[str, Any], targets: list[str], opts: dict, trt_ver: str 
     return rows
 
 
-def _nothing_fused_note(rec: dict[str, Any]) -> str:
+def _nothing_fused_note(rec: dict[str, Any], path: Path | None = None) -> str:
+    if path is not None:  # the fusion's own reason, when there is one
+        misses = fusion.inspect(str(path), ["layernorm"], target="trt").near_misses
+        if misses:
+            return f"nothing fused for target trt: {misses[0].reason}"
     if rec.get("native_layernorm_nodes"):
         return "nothing to fuse: the exporter wrote LayerNormalization nodes (no decomposed chain)"
     if rec.get("expected_rmsnorm_fusions"):

@@ -222,13 +222,14 @@ class ModelGraph:
             if scope.is_function:
                 continue
             for t in scope.ir.tensors.values():
-                vi = infos.get(t.name)
-                if vi is None or t.const is not None or not vi.type.HasField("tensor_type"):
+                if t.const is not None or (t.dtype is not None and t.shape is not None):
                     continue
-                known = ir._from_info(vi)
-                t.dtype = t.dtype or known.dtype
-                if t.shape is None:
-                    t.shape = known.shape
+                vi = infos.get(t.name)
+                if vi is not None:
+                    known = ir._from_info(vi)
+                    t.dtype = t.dtype or known.dtype
+                    if t.shape is None:
+                        t.shape = known.shape
 
 
 

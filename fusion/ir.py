@@ -37,15 +37,47 @@ class AttributeRef:
 
 
 class Tensor:
-    __slots__ = ("name", "inputs", "outputs", "shape", "dtype", "const")
+    __slots__ = ("name", "inputs", "outputs", "const", "_info", "_dtype", "_shape")
 
-    def __init__(self, name: str, dtype: int | None = None, shape: list | None = None, const=None):
+    def __init__(self, name: str, dtype: int | None = None, shape: list | None = None, const=None, info=None):
         self.name = name
         self.inputs: list[Node] = []  # the producer, if any
         self.outputs: list[Node] = []  # consumers, in this graph and in nested subgraphs
-        self.dtype = dtype  # ONNX element type
-        self.shape = shape  # ints (static) and strings/None (dynamic); None: rank unknown
         self.const = const  # the TensorProto of an initializer
+        self._info = info  # a ValueInfoProto, decoded on first use (most never are)
+        self._dtype = dtype
+        self._shape = shape
+
+    @property
+    def dtype(self) -> int | None:
+        """ONNX element type, or None."""
+        self._decode()
+        return self._dtype
+
+    @dtype.setter
+    def dtype(self, value: int | None) -> None:
+        self._decode()
+        self._dtype = value
+
+    @property
+    def shape(self) -> list | None:
+        """Dims: ints (static) and strings/None (dynamic); None when the rank is unknown."""
+        self._decode()
+        return self._shape
+
+    @shape.setter
+    def shape(self, value: list | None) -> None:
+        self._decode()
+        self._shape = value
+
+    def _decode(self) -> None:
+        vi, self._info = self._info, None
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return
+        tt = vi.type.tensor_type
+        self._dtype = self._dtype or tt.elem_type or None
+        if self._shape is None and tt.HasField("shape"):
+            self._shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r})"
@@ -188,10 +220,4 @@ def _tensor(g: Graph, name: str, info: dict) -> Tensor:
 
 
 def _from_info(vi: onnx.ValueInfoProto) -> Tensor:
-    t = Tensor(vi.name)
-    if vi.type.HasField("tensor_type"):
-        tt = vi.type.tensor_type
-        t.dtype = tt.elem_type or None
-        if tt.HasField("shape"):
-            t.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
-    return t
+    return Tensor(vi.name, info=vi)

@@ -511,5 +511,6 @@ def test_trt_verify_without_tensorrt_checks_onnxruntime(no_trt, tmp_path):
     assert tv.main(["--out", str(tmp_path), "--match", "^ln_module_legacy_op13_fp32"]) == 0
     rows = json.loads((tmp_path / "trt_verify.json").read_text())["rows"]
     assert [r["target"] for r in rows] == ["trt", "onnx"]
-    assert rows[0]["fused_nodes"] == 4 and rows[0]["ort_passed"] is True and rows[0]["built"] is None
+    # 32 wide: below what TensorRT's LayerNorm plugin computes exactly, so the trt target leaves it.
+    assert rows[0]["fused_nodes"] == 0 and rows[0]["ort_passed"] is True and rows[0]["built"] is None
     assert "nothing fused for target onnx at opset 13" in rows[1]["note"]
