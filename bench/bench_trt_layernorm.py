@@ -42,8 +42,9 @@ ROTATE_BYTES = 256 << 20
 CHUNK_ROWS = 256  # host rows generated once and copied over each device buffer
 
 
-def ln_model(cols: int, dtype: str) -> onnx.ModelProto:
-    """x [rows, 1, cols] -> TensorRT's LayerNorm plugin node, as the fusion's trt target writes it."""
+def ln_model(cols: int, dtype: str, dims: tuple = ("rows", 1)) -> onnx.ModelProto:
+    """x [*dims, cols] -> TensorRT's LayerNorm plugin node, as the fusion's trt target writes it
+    ([rows, 1, cols] views by default; γ = 1 + 0.1·N(0,1), β = 0.1·N(0,1), seeded by cols)."""
     t = TensorProto.FLOAT if dtype == "float32" else TensorProto.FLOAT16
     np_t = np.float32 if dtype == "float32" else np.float16
     rng = np.random.default_rng(cols)
@@ -54,8 +55,8 @@ def ln_model(cols: int, dtype: str) -> onnx.ModelProto:
                             **spec.attributes({"epsilon": EPS}))  # fmt: skip
     graph = helper.make_graph(
         [node], "trt_layernorm",
-        [helper.make_tensor_value_info("x", t, ["rows", 1, cols])],
-        [helper.make_tensor_value_info("y", t, ["rows", 1, cols])],
+        [helper.make_tensor_value_info("x", t, [*dims, cols])],
+        [helper.make_tensor_value_info("y", t, [*dims, cols])],
         [onnx.numpy_helper.from_array(gamma, "gamma"), onnx.numpy_helper.from_array(beta, "beta")],
     )  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(spec.domain, 1)],

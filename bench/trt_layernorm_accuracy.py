@@ -24,9 +24,6 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
-
-from fusion import specs  # noqa: E402
 
 LOG = logging.getLogger("trt_layernorm_accuracy")
 WIDTHS = (16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512, 640, 768, 1024, 2048, 4096)
@@ -35,22 +32,12 @@ EPS = 1e-5
 
 
 def model(cols: int, dtype: str) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
-    t = TensorProto.FLOAT if dtype == "float32" else TensorProto.FLOAT16
-    np_t = np.float32 if dtype == "float32" else np.float16
-    rng = np.random.default_rng(cols)
-    gamma = (1 + 0.1 * rng.standard_normal(cols)).astype(np_t)
-    beta = (0.1 * rng.standard_normal(cols)).astype(np_t)
-    spec = specs.TRT_LAYER_NORM
-    node = helper.make_node(spec.op_type, ["x", "gamma", "beta"], ["y"], domain=spec.domain, **spec.attributes({"epsilon": EPS}))
-    graph = helper.make_graph(
-        [node],
-        "ln",
-        [helper.make_tensor_value_info("x", t, ["a", "b", cols])],
-        [helper.make_tensor_value_info("y", t, ["a", "b", cols])],
-        [onnx.numpy_helper.from_array(gamma, "gamma"), onnx.numpy_helper.from_array(beta, "beta")],
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(spec.domain, 1)], ir_version=8)
-    return m, gamma, beta
+    """The plugin node on [a, b, cols], and its γ and β."""
+    from bench_trt_layernorm import ln_model
+
+    m = ln_model(cols, dtype, dims=("a", "b"))
+    params = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+    return m, params["gamma"], params["beta"]
 
 
 def reference(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
