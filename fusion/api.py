@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Sequence, Union
 
 import onnx
@@ -118,7 +119,8 @@ def fuse_file(
         inplace=True,  # the proto was just read: no one else holds it
         reload=lambda: model_io.load(src).proto,
     )
-    model_io.save(result.model, dst, source_dir=loaded.base_dir)
+    same = Path(src).resolve() == Path(dst).resolve()
+    model_io.save(result.model, dst, source_dir=loaded.base_dir, in_place=same)
     return result
 
 

@@ -176,12 +176,15 @@ def _reads(n: ir.Node):
                     yield from m.inputs
 
 
-def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None = None) -> None:
+def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None = None, in_place: bool = False) -> None:
     """Write ``proto`` to ``path`` atomically; external data goes to ``<name>.data`` beside it.
 
     ``source_dir`` is where the proto's external references currently resolve.  The output's
     data file is always rewritten (streamed), so the output never shares a file with the input
-    and writing over the input itself is safe.
+    and writing over the input itself is safe: where ``<name>.data`` is a file the proto reads
+    (the input's own, when fusing in place), the data goes to ``<name>.1.data`` instead, so
+    until the model file is renamed the input and its data are untouched.  ``in_place``: the
+    proto was read from ``path``; its data files named for it are removed once replaced.
     """
     out = Path(path)
     parent = out.parent if str(out.parent) else Path(".")
@@ -194,9 +197,10 @@ def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None
     ext = external_tensors(proto)
     too_big = not ext and proto.ByteSize() > PROTOBUF_LIMIT - (1 << 20)
     renames: list[tuple[str, Path]] = []  # (temporary file, final name), data files first
+    read = _data_files(ext, source_dir)
     try:
         if ext or too_big:
-            data = out.parent / (out.name + ".data")
+            data = next(d for d in _data_names(out) if d.resolve() not in read)
             fd, tmp = tempfile.mkstemp(prefix=f".{data.name}.", suffix=".tmp", dir=parent)
             renames.append((tmp, data))
             with os.fdopen(fd, "wb") as f:
@@ -216,6 +220,10 @@ def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None
             tmp, final = renames[0]
             os.replace(tmp, final)
             renames.pop(0)
+        if in_place:  # the replaced model's own data files are nobody's now
+            for stale in read & {d.resolve() for d in _data_names(out, 8)}:
+                if not (ext or too_big) or stale != data.resolve():
+                    stale.unlink(missing_ok=True)
     except OSError as e:
         raise OutputError(f"{out}: cannot write: {e.strerror}") from e
     finally:
@@ -224,6 +232,25 @@ def save(proto: onnx.ModelProto, path: str | os.PathLike, source_dir: str | None
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _data_names(out: Path, n: int | None = None):
+    """``<name>.data``, then ``<name>.1.data``, ``<name>.2.data``, ... (``n`` of them, or endless)."""
+    yield out.parent / (out.name + ".data")
+    i = 1
+    while n is None or i < n:
+        yield out.parent / f"{out.name}.{i}.data"
+        i += 1
+
+
+def _data_files(ext: list[onnx.TensorProto], source_dir: str | None) -> set[Path]:
+    """The files (resolved) the external tensors ``ext`` read."""
+    files = set()
+    for t in ext:
+        loc = next((e.value for e in t.external_data if e.key == "location"), None)
+        if loc and source_dir is not None:
+            files.add(Path(source_dir, loc).resolve())
+    return files
 
 
 def _default_mode() -> int:

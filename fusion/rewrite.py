@@ -118,12 +118,15 @@ class Editor:
             out = onnx.ModelProto()
             out.CopyFrom(self.graph.proto)
         containers = _containers(out)
-        for scope in self.graph.scopes:
+        # Innermost first: rebuilding a node list copies its nodes, so an edit of a body made
+        # after the list holding its If/Loop node was rebuilt would land in a discarded copy.
+        for scope in sorted(self.graph.scopes, key=lambda s: -len(s.locator)):
             edit = self.edits.get(id(scope))
             if edit is None:
                 continue
             container = containers[scope.locator]
             _apply_edit(container, edit)
+        containers = _containers(out)  # the rebuilt lists hold new copies of their bodies
         _drop_dead(out, self.edits.values(), containers)
         if any(e.custom_domain for e in self.edits.values()):
             _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
@@ -209,7 +212,8 @@ def _drop_dead(model: onnx.ModelProto, edits, containers) -> None:
             if i:
                 uses[i] -= 1
                 work.append(i)
-    for c in containers.values():
+    for key in sorted(containers, key=len, reverse=True):  # innermost first, as in Editor.apply
+        c = containers[key]
         if isinstance(c, onnx.GraphProto):
             inputs = {i.name for i in c.input}
             keep = [t for t in c.initializer if t.name not in dead_names or t.name in inputs]

@@ -191,11 +191,11 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     else:
         t_in, t_out = g.elem_type(desc.x), g.elem_type(desc.y)
     if t_out is None:
-        # Inside function bodies nothing is typed: the output has γ's (or β's) type, or the
-        # type of the Cast that ends the chain.
+        # Inside function bodies nothing is typed: the output has the type of the Cast that
+        # ends the chain, or of the γ/β the last node reads (as read: perhaps through a Cast;
+        # γ's own type is not the output's when a Cast comes between it and β).
         root = desc.y.inputs[0]
-        params = [p for p in (desc.gamma, desc.beta) if p is not None]
-        t_out = int(root.attrs["to"]) if root.op == "Cast" else (g.elem_type(params[0]) if params else None)
+        t_out = int(root.attrs["to"]) if root.op == "Cast" else _read_type(g, root)
     if t_in is None and t_out is None:
         raise Reject(f"the element type of {desc.x.name!r} is unknown")
     # An untyped input (function bodies) of a chain with Casts: its type may not be the
@@ -280,6 +280,17 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     if t != t_out:
         y = em.node("Cast", [y], to=t_out)[0]
     em.nodes[-1].output[0] = desc.y.name
+
+
+def _read_type(g, node: Node) -> int | None:
+    """The element type of the first constant ``node`` reads (behind a Cast: the Cast's)."""
+    for t in node.inputs:
+        p = t.inputs[0] if len(t.inputs) == 1 else None
+        if p is not None and p.op == "Cast" and p.inputs and g.is_constant(p.inputs[0]):
+            return int(p.attrs["to"])
+        if g.is_constant(t):
+            return g.elem_type(t)
+    return None
 
 
 def _normalized_shape(g, desc: NormDesc, xshape) -> list | None:

@@ -1,0 +1,151 @@
+"""The library bugs the fuzzer found, each as a small hand-written model (the shrunk models
+themselves are replayed by tests/test_regressions.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import fusion
+
+from .builders import DOUBLE, FLOAT, G, reduce_mean, run
+from .test_scopes import _ln_nodes
+
+
+def _graphs(model: onnx.ModelProto):
+    stack = [model.graph]
+    while stack:
+        g = stack.pop()
+        yield g
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.append(a.g)
+
+
+def _layernorm(g: G, x: str, axes=(-1,), gamma=None, beta=None) -> str:
+    d = g.op("Sub", x, reduce_mean(g, x, list(axes)))
+    var = reduce_mean(g, g.op("Mul", d, d), list(axes))
+    y = g.op("Div", d, g.op("Sqrt", g.op("Add", var, g.const(1e-5))))
+    if gamma is not None:
+        y = g.op("Mul", y, gamma)
+    if beta is not None:
+        y = g.op("Add", y, beta)
+    return y
+
+
+def test_fusions_in_a_body_are_applied_when_the_main_graph_has_fusions_too():
+    """rewrite.Editor.apply: rebuilding the main node list copied the If node before its
+    branch was edited, so the branch's fusion was reported but not in the output."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 16])
+    g.inputs.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    main = _layernorm(g, x, gamma=g.const(np.full(16, 2.0, np.float32)))
+    then_nodes, then_inits = _ln_nodes("then/", main, "then_y")
+    then_g = helper.make_graph(then_nodes, "then", [], [helper.make_tensor_value_info("then_y", FLOAT, ["B", 16])], then_inits)
+    else_g = helper.make_graph([helper.make_node("Identity", [main], ["else_y"])], "else", [], [helper.make_tensor_value_info("else_y", FLOAT, ["B", 16])])
+    g.nodes.append(helper.make_node("If", ["cond"], ["y"], name="If_0", then_branch=then_g, else_branch=else_g))
+    g.output("y", FLOAT, ["B", 16])
+    model = g.model()
+
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 2}
+    fused = [n.op_type for gr in _graphs(result.model) for n in gr.node if n.op_type == "FusedLayerNorm"]
+    assert len(fused) == 2  # one in the main graph, one in the branch
+    xs = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    for cond in (True, False):
+        feeds = {"x": xs, "cond": np.array(cond)}
+        np.testing.assert_allclose(run(model, feeds)[0], run(result.model, feeds)[0], atol=1e-5)
+
+
+def test_gamma_of_higher_rank_than_an_input_of_unknown_rank_stays_outside():
+    """_norm._check_affine: with the input's rank unknown, a γ of shape [1, 1, 16] was
+    folded, and the fused output lost the dim γ adds to a rank-2 input."""
+    g = G(13)
+    g.inputs.append(helper.make_tensor_value_info("x", FLOAT, None))  # rank unknown
+    y = _layernorm(g, "x", gamma=g.const(np.full((1, 1, 16), 2.0, np.float32)))
+    g.output(y, FLOAT)
+    model = g.model(infer=False)
+    result = fusion.run(model, ["layernorm"])
+    assert any("rank is unknown: the output could grow" in m.reason for m in result.near_misses), result.near_misses
+    xs = {"x": np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)}
+    want, got = run(model, xs)[0], run(result.model, xs)[0]
+    assert want.shape == got.shape == (1, 3, 16)
+    np.testing.assert_allclose(want, got, atol=1e-5)
+
+
+def test_norm_in_a_function_that_absorbs_a_cast_to_double():
+    """_norm.emit: inside a function nothing is typed; a chain ending in Cast(to=DOUBLE) made
+    the untyped input count as double, and the fused model failed the checker (exit 3)."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 16])
+    # (γ gives the normalized size, which nothing else can inside a function)
+    y = g.op("Cast", _layernorm(g, g.op("Tanh", x), gamma=g.const(np.full(16, 2.0, np.float32))), to=DOUBLE)
+    y = g.op("Add", y, g.const(np.array(1.0)))  # read in double
+    consts = [helper.make_node("Constant", [], [t.name], value=t) for t in g.initializers]
+    fn = helper.make_function("local", "LN", [x], [y], consts + g.nodes, [helper.make_opsetid("", 13)])
+    main = helper.make_graph(
+        [helper.make_node("LN", ["inp"], ["out"], domain="local")],
+        "main",
+        [helper.make_tensor_value_info("inp", FLOAT, ["B", 16])],
+        [helper.make_tensor_value_info("out", DOUBLE, ["B", 16])],
+    )
+    model = helper.make_model(main, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)], ir_version=8, functions=[fn])
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}
+    onnx.checker.check_model(result.model, full_check=True)
+    xs = {"inp": np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)}
+    want, got = run(model, xs)[0], run(result.model, xs)[0]
+    assert want.dtype == got.dtype == np.float64
+    np.testing.assert_allclose(want, got, atol=1e-5)
+
+
+def test_channels_first_norm_of_an_unannotated_value_is_transposed():
+    """_norm.emit: a norm over axis -3 needs the rank only for the transpose; when nothing
+    had run shape inference yet (no γ/β to check) the rank was unknown and it was refused."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 8, 3, 4])
+    y = _layernorm(g, g.op("Tanh", x), axes=(-3,))
+    g.output(y, FLOAT, ["B", 8, 3, 4])
+    model = g.model(infer=False)  # no value_info: as legacy exporters write it
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, result.near_misses
+    assert [n.op_type for n in result.model.graph.node] == ["Tanh", "Transpose", "FusedLayerNorm", "Transpose"]
+    xs = {"x": np.random.default_rng(0).standard_normal((2, 8, 3, 4)).astype(np.float32)}
+    np.testing.assert_allclose(run(model, xs)[0], run(result.model, xs)[0], atol=1e-5)
+
+
+def _function_model(opset: int = 13) -> onnx.ModelProto:
+    g = G(opset)
+    x = g.input("x", FLOAT, ["B", 16])
+    y = _layernorm(g, x, gamma=g.const(np.full(16, 2.0, np.float32)))
+    consts = [helper.make_node("Constant", [], [t.name], value=t) for t in g.initializers]
+    fn = helper.make_function("local", "LN", [x], [y], consts + g.nodes, [helper.make_opsetid("", opset)])
+    main = helper.make_graph(
+        [helper.make_node("LN", ["inp"], ["h"], domain="local"), helper.make_node("Tanh", ["h"], ["out"])],
+        "main",
+        [helper.make_tensor_value_info("inp", FLOAT, ["B", 16])],
+        [helper.make_tensor_value_info("out", FLOAT, ["B", 16])],
+    )
+    return helper.make_model(main, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("local", 1)], ir_version=8, functions=[fn])
+
+
+def test_fusing_without_function_bodies_inside_a_function_validates():
+    """passes._validate: with functions=False, strict type inference cannot see through the
+    custom node in the function body; valid input was reported as a bug here (exit 3)."""
+    result = fusion.run(_function_model(), ["layernorm"], functions=False)
+    assert result.counts() == {"layernorm": 1}
+    assert not result.model.functions[1:]  # only the model's own function
+
+
+@pytest.mark.parametrize("functions", [True, False])
+def test_cli_fuses_a_function_body_without_functions(tmp_path, functions):
+    from fusion.cli import main
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    onnx.save(_function_model(), str(src))
+    args = ["fuse", str(src), "-o", str(dst)] + ([] if functions else ["--no-functions"])
+    assert main(args) == 0
+    assert onnx.load(str(dst)).functions[0].node[-1].op_type == "FusedLayerNorm"
