@@ -60,7 +60,7 @@ class Scope:
     opset: int
     parent: "Scope | None" = None
     output_names: frozenset = frozenset()
-    # Where the container sits in the model, valid in any copy of it (see rewrite._containers).
+    # Where the container sits in the model, valid in any copy of it (see graph.node_lists).
     locator: tuple = ("graph",)
 
     @property
@@ -319,24 +319,27 @@ def _constant_node_value(n: onnx.NodeProto) -> onnx.TensorProto | None:
     return None
 
 
+def node_lists(model: onnx.ModelProto) -> dict[tuple, onnx.GraphProto | onnx.FunctionProto]:
+    """Every node list of ``model``: the main graph, functions, and the control-flow bodies in
+    either, keyed by a locator that finds the same list in any copy of the model (Scope.locator)."""
+    out: dict[tuple, onnx.GraphProto | onnx.FunctionProto] = {}
+
+    def visit(container, key: tuple) -> None:
+        out[key] = container
+        for i, n in enumerate(container.node):
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    visit(a.g, key + (i, a.name, 0))
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for j, g in enumerate(a.graphs):
+                        visit(g, key + (i, a.name, j))
+
+    visit(model.graph, ("graph",))
+    for k, f in enumerate(model.functions):
+        visit(f, ("function", k))
+    return out
+
+
 def _walk_graph_protos(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
     """The main graph, every subgraph, and the subgraphs inside function bodies."""
-    stack: list[onnx.GraphProto] = [model.graph]
-    nodes_of_functions = [n for f in model.functions for n in f.node]
-    for n in nodes_of_functions:
-        stack.extend(_subgraphs(n))
-    while stack:
-        g = stack.pop()
-        yield g
-        for n in g.node:
-            stack.extend(_subgraphs(n))
-
-
-def _subgraphs(n: onnx.NodeProto) -> list[onnx.GraphProto]:
-    out = []
-    for a in n.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            out.append(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            out.extend(a.graphs)
-    return out
+    return (c for c in node_lists(model).values() if isinstance(c, onnx.GraphProto))

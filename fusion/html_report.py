@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import specs
-from .graph import ModelGraph
+from .graph import ModelGraph, node_lists
 from .passes import Fusion, PassResult
 from .svg_graph import Box, elide, layered_svg
 
@@ -111,7 +111,7 @@ class _ModelIndex:
                 self._collect(model, record=model is original)
 
     def _collect(self, model: onnx.ModelProto, record: bool) -> None:
-        for container in _containers(model):
+        for container in node_lists(model).values():
             inits = getattr(container, "initializer", ())
             for t in inits:
                 self.constants.setdefault(t.name, t)
@@ -173,20 +173,6 @@ class _ModelIndex:
         if t is None:
             return "new constant"
         return _tensor_text(t, dtype)
-
-
-def _containers(model: onnx.ModelProto) -> Iterable[Any]:
-    """Every node list in the model: graphs, subgraphs and functions."""
-    stack: list[Any] = [model.graph, *model.functions]
-    while stack:
-        g = stack.pop()
-        yield g
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    stack.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend(a.graphs)
 
 
 def _tensor_text(t: onnx.TensorProto, dtype: bool = True) -> str:
@@ -323,7 +309,7 @@ def _verify(model_path, fused_path, result: PassResult, enabled: bool):
 def _count_nodes(model: onnx.ModelProto | None) -> str:
     if model is None:
         return "–"
-    return str(sum(len(c.node) for c in _containers(model)))
+    return str(sum(len(c.node) for c in node_lists(model).values()))
 
 
 def _summary(model_path, fused_path, result, original, fused, check, why_not) -> str:

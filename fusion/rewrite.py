@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 from . import functions, specs
 from .ir import Node
-from .graph import ModelGraph, Scope, default_opset
+from .graph import ModelGraph, Scope, default_opset, node_lists
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class Editor:
         if not inplace:
             out = onnx.ModelProto()
             out.CopyFrom(self.graph.proto)
-        containers = _containers(out)
+        containers = node_lists(out)
         # Innermost first: rebuilding a node list copies its nodes, so an edit of a body made
         # after the list holding its If/Loop node was rebuilt would land in a discarded copy.
         for scope in sorted(self.graph.scopes, key=lambda s: -len(s.locator)):
@@ -126,7 +126,7 @@ class Editor:
                 continue
             container = containers[scope.locator]
             _apply_edit(container, edit)
-        containers = _containers(out)  # the rebuilt lists hold new copies of their bodies
+        containers = node_lists(out)  # the rebuilt lists hold new copies of their bodies
         _drop_dead(out, self.edits.values(), containers)
         if any(e.custom_domain for e in self.edits.values()):
             _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
@@ -249,23 +249,3 @@ def _subgraph_inputs(n: onnx.NodeProto) -> list[str]:
 def _import_domain(opset_import, domain: str) -> None:
     if not any(o.domain == domain for o in opset_import):
         opset_import.append(helper.make_opsetid(domain, 1))
-
-
-def _containers(model: onnx.ModelProto) -> dict[tuple, Any]:
-    """Every node container of ``model`` keyed by its locator (Scope.locator)."""
-    out: dict[tuple, Any] = {}
-
-    def visit(container, key: tuple) -> None:
-        out[key] = container
-        for i, n in enumerate(container.node):
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    visit(a.g, key + (i, a.name, 0))
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for j, g in enumerate(a.graphs):
-                        visit(g, key + (i, a.name, j))
-
-    visit(model.graph, ("graph",))
-    for k, f in enumerate(model.functions):
-        visit(f, ("function", k))
-    return out
