@@ -9,20 +9,15 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusion
+from fusion.graph import node_lists
 
 from .builders import DOUBLE, FLOAT, G, reduce_mean, run
 from .test_scopes import _ln_nodes
 
 
 def _graphs(model: onnx.ModelProto):
-    stack = [model.graph]
-    while stack:
-        g = stack.pop()
-        yield g
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    stack.append(a.g)
+    """Every GraphProto: the main graph and all bodies, in it and in the model's functions."""
+    return (c for c in node_lists(model).values() if isinstance(c, onnx.GraphProto))
 
 
 def _layernorm(g: G, x: str, axes=(-1,), gamma=None, beta=None) -> str:

@@ -27,6 +27,7 @@ import onnxruntime as ort
 
 import fusion
 from fusion import specs
+from fusion.graph import node_lists
 
 from .builder import DOUBLE, FLOAT, FLOAT16, Feed
 from .spec import Case
@@ -42,16 +43,7 @@ _OURS = {(s.domain, s.op_type) for s in specs.SPECS}
 
 def _graphs(model: onnx.ModelProto):
     """Every GraphProto: the main graph and all bodies, in it and in the model's functions."""
-    stack = [model.graph] + [a.g for f in model.functions for n in f.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-    while stack:
-        g = stack.pop()
-        yield g
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    stack.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend(a.graphs)
+    return (c for c in node_lists(model).values() if isinstance(c, onnx.GraphProto))
 
 
 def fused_nodes(model: onnx.ModelProto) -> int:
