@@ -77,6 +77,15 @@ export FUSION_KERNEL_REPORT="$OUT/kernels_tests.json"
 [ "${FUSION_SKIP_KERNEL_TESTS:-0}" = 1 ] ||
     stage kernel_tests 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/gpu -rfs
 stage harness 60 "$LIBDIR/fusion_harness" "$LIB" --json "$OUT/kernels_harness.json"
+# The harness knows nothing of git or the device: record where it ran.
+"$PY" - "$OUT/kernels_harness.json" <<'PY' || true
+import json, os, subprocess, sys
+d = json.load(open(sys.argv[1]))
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+d.update(commit=os.environ.get("FUSION_COMMIT", "unknown"), dirty=os.environ.get("FUSION_DIRTY", "1") == "1",
+         device=gpu.stdout.strip().splitlines()[0] if gpu.stdout.strip() else "unknown")
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+PY
 stage bench 240 "$PY" bench/bench_kernels.py --out "$OUT" --lib "$LIB" --harness "$LIBDIR/fusion_harness"
 log "done, status $STATUS"
 # Few files come back from the GPU machine: the logs travel as one archive.

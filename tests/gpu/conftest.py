@@ -43,5 +43,13 @@ def kernel_report():
     yield rows
     path = os.environ.get("FUSION_KERNEL_REPORT")
     if path and rows:
-        Path(path).write_text(json.dumps(rows, indent=1))
+        # Where and on what they were measured (run_gpu_kernels.sh sets these; no .git there).
+        import cupy
+
+        meta = {
+            "commit": os.environ.get("FUSION_COMMIT", "unknown"),
+            "dirty": os.environ.get("FUSION_DIRTY", "1") == "1",
+            "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        }
+        Path(path).write_text(json.dumps([{**r, **meta} for r in rows], indent=1))
         LOG.info("wrote %d kernel test rows to %s", len(rows), path)
