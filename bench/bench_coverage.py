@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Coverage on real exports: how many decomposed norms each tool fuses in the fixture models.
+
+    python bench/bench_coverage.py [--out bench/results/coverage.json]
+
+Per fixture (tests/fixtures/manifest.json, ground truth from the torch modules) and tool:
+ours (``fusion.run`` with the layernorm and rmsnorm passes), onnxruntime's transformers
+fusions (FusionLayerNormalization, FusionLayerNormalizationTF, FusionSimplifiedLayerNormalization
+on an OnnxModel) and onnxscript's rules (layer_normalization and rms_normalization rule sets,
+after the passes they need: Constant nodes lifted, default attributes spelled out, shape
+inference).  A fused count above the ground truth is counted as false positives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import sys
+from pathlib import Path
+
+import onnx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_fusion import _meta  # noqa: E402
+from tests.fixtures.catalog import fixture_path, load_manifest  # noqa: E402
+
+NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "SkipLayerNormalization"}
+
+
+def ours(model: onnx.ModelProto) -> int:
+    import fusion
+
+    c = fusion.run(model, ["layernorm", "rmsnorm"], validate=False).counts()
+    return c.get("layernorm", 0) + c.get("rmsnorm", 0)
+
+
+def onnxruntime_fusions(model: onnx.ModelProto) -> int:
+    from onnxruntime.transformers.fusion_layernorm import FusionLayerNormalization, FusionLayerNormalizationTF
+    from onnxruntime.transformers.fusion_simplified_layernorm import FusionSimplifiedLayerNormalization
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    before = _norm_nodes(model)
+    m = OnnxModel(model)
+    for fusion_class in (FusionLayerNormalization, FusionLayerNormalizationTF, FusionSimplifiedLayerNormalization):
+        try:  # one fusion crashing on a model must not hide what the others did
+            fusion_class(m).apply()
+        except Exception as e:  # noqa: BLE001
+            logging.info("onnxruntime %s failed: %s: %s", fusion_class.__name__, type(e).__name__, e)
+    return _norm_nodes(m.model) - before
+
+
+def onnxscript_rules(model: onnx.ModelProto) -> int:
+    import onnx_ir as ir
+    import onnx_ir.passes.common as common
+    from onnxscript.rewriter.rules.fusion._layer_norm import fuse_layer_normalization
+    from onnxscript.rewriter.rules.fusion._rms_normalization import fuse_rms_normalization
+
+    before = _norm_nodes(model)
+    irm = ir.from_proto(model)
+    common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=1)(irm)
+    common.AddDefaultAttributesPass()(irm)
+    common.ShapeInferencePass()(irm)
+    fuse_layer_normalization(irm)
+    fuse_rms_normalization(irm)
+    return _norm_nodes(ir.to_proto(irm)) - before
+
+
+def _norm_nodes(model: onnx.ModelProto) -> int:
+    return sum(n.op_type in NORM_OPS for n in model.graph.node)
+
+
+TOOLS = {"ours": ours, "onnxruntime": onnxruntime_fusions, "onnxscript": onnxscript_rules}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "coverage.json")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("onnxruntime", "onnxscript", "onnx_ir"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    rows = []
+    totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for rec in load_manifest():
+        expected = rec["expected_layernorm_fusions"] + rec["expected_rmsnorm_fusions"]
+        row = {"model": rec["file"], "family": rec["family"], "expected": expected}
+        for name, tool in TOOLS.items():
+            try:
+                found = tool(onnx.load(str(fixture_path(rec["file"]))))
+            except Exception as e:  # noqa: BLE001 - a tool that crashes found nothing
+                row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:200]
+                found = 0
+            row[name] = found
+            totals[name]["found"] += min(found, expected)
+            totals[name]["false_positives"] += max(0, found - expected)
+        totals["expected"]["found"] += expected
+        rows.append(row)
+    summary = {k: dict(v) for k, v in totals.items()}
+    args.out.write_text(json.dumps({"meta": _meta(), "summary": summary, "rows": rows}, indent=1) + "\n")
+    for name in TOOLS:
+        t = totals[name]
+        logging.info("%-12s %d/%d norms fused, %d false positives", name, t["found"], totals["expected"]["found"], t["false_positives"])
+    logging.info("wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
