@@ -16,21 +16,9 @@ OUT=${OUT:-$PWD/.device-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY=$(command -v python3 || command -v python)
-STATUS=0
-T0=$(date +%s)
-
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/run.log"; }
-stage() { # stage NAME SECONDS CMD... : run with a time limit, log to $OUT/NAME.log
-    local name=$1 limit=$2
-    shift 2
-    log "== $name (limit ${limit}s)"
-    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
-    local rc=$?
-    tail -n 25 "$OUT/$name.log" | tee -a "$OUT/run.log" >/dev/null
-    log "== $name rc=$rc"
-    [ $rc -eq 0 ] || STATUS=1
-    return $rc
-}
+# shellcheck source=bench/gpu_stages.sh
+STAGE_TAIL=25
+source bench/gpu_stages.sh  # (the cwd is the repo root)
 
 { nvidia-smi; "$PY" --version; } >"$OUT/env.txt" 2>&1
 # What this machine lacks of pytest and the fusion package's pure-Python dependencies comes

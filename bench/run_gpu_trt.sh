@@ -19,21 +19,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 # TensorRT 8.5 JIT-compiles some kernels for sm_90: keep what it compiled for the next engine.
 export CUDA_CACHE_PATH=/tmp/trt85_cuda_cache CUDA_CACHE_MAXSIZE=4294967296
-STATUS=0
-T0=$(date +%s)
-
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/run.log"; }
-stage() { # stage NAME SECONDS CMD... : run with a time limit, log to $OUT/NAME.log
-    local name=$1 limit=$2
-    shift 2
-    log "== $name (limit ${limit}s)"
-    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
-    local rc=$?
-    tail -n 40 "$OUT/$name.log" | tee -a "$OUT/run.log" >/dev/null
-    log "== $name rc=$rc"
-    [ $rc -eq 0 ] || STATUS=1
-    return $rc
-}
+# shellcheck source=bench/gpu_stages.sh
+source bench/gpu_stages.sh  # (the cwd is the repo root)
 
 BUNDLE=/tmp/trt85
 if [ ! -x $BUNDLE/py/bin/python3.10 ]; then
