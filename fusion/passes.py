@@ -225,6 +225,8 @@ def _contained(m: Match, scope: Scope) -> list[Node]:
     inside = {id(n) for n in m.all_nodes}
     extra: list[Node] = []
     for n in m.all_nodes:
+        if n.scope is not scope:  # the matcher stays in the root's scope; the editor relies on it
+            raise Reject(f"{n.op} {n.name!r} lies outside scope {scope.path}")
         if n is m.root:
             continue
         for t in n.outputs:

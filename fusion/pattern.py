@@ -10,9 +10,15 @@ back to its inputs::
 * ``Const(name, value=...)`` binds a constant (initializer or Constant node), optionally
   with a required scalar value.
 * ``Op(op_type, *inputs, name=...)`` binds the node producing the tensor.  Add and Mul are
-  commutative: both operand orders are tried.  An Op object reached twice must bind the same
-  node, or a structurally identical duplicate (exporters sometimes emit ``x - mean`` twice).
+  commutative: both operand orders are tried.
 * ``a | b`` declares alternatives; ``Opt(p)`` a trailing optional input.
+
+Every pattern object binds one tensor.  Reached again, it must be at that same tensor, and then
+it stands for what it bound the first time (the same option of each alternative, Opt and
+quiet Cast wrapper on its way), or at an exact duplicate of it: the same op, attributes and
+output index over the same inputs, for ops known to be deterministic (exporters sometimes emit
+``x - mean`` twice).  A match stays in its root's scope: a value computed in an enclosing graph
+is an opaque input, never a node the match may bind or remove.
 
 Matching is a depth-first search that yields every binding; a rule takes the first one that
 its check accepts.  Each failure is recorded with how far the match had got, so a near-miss
@@ -79,11 +85,10 @@ class Op(Pattern):
 
 
 class Alt(Pattern):
+    # Not flattened: a nested Alt may be shared (reached elsewhere too), and then it must bind
+    # the same option there; flattening it into this one would lose that identity.
     def __init__(self, *options: Pattern):
-        flat: list[Pattern] = []
-        for o in options:
-            flat.extend(o.options if isinstance(o, Alt) else [o])
-        self.options = tuple(flat)
+        self.options = tuple(options)
 
     def __repr__(self) -> str:
         return " | ".join(map(repr, self.options))
@@ -120,24 +125,21 @@ class Match:
         return name in self.nodes or name in self.tensors
 
 
+_ABSENT = Tensor("")  # what an Opt binds when its input is absent
+
+
 @dataclass
 class _State:
-    nodes: dict[int, Node] = field(default_factory=dict)  # id(Op pattern) -> node
-    tensors: dict[int, Tensor] = field(default_factory=dict)  # id(Var/Const) -> tensor
+    at: dict[int, Tensor] = field(default_factory=dict)  # id(pattern) -> the tensor it bound
     order: tuple = ()  # matched nodes in match order (duplicates included)
 
-    def with_node(self, p: Op, node: Node) -> "_State":
-        nodes = dict(self.nodes)
-        nodes[id(p)] = node
-        return _State(nodes, self.tensors, self.order + (node,))
-
-    def with_tensor(self, p: Pattern, t: Tensor) -> "_State":
-        tensors = dict(self.tensors)
-        tensors[id(p)] = t
-        return _State(self.nodes, tensors, self.order)
+    def bind(self, p: Pattern, t: Tensor, node: Node | None = None) -> "_State":
+        at = dict(self.at)
+        at[id(p)] = t
+        return _State(at, self.order if node is None else self.order + (node,))
 
     def with_extra(self, extra: list[Node]) -> "_State":
-        return _State(self.nodes, self.tensors, self.order + tuple(extra))
+        return _State(self.at, self.order + tuple(extra))
 
 
 @dataclass
@@ -161,21 +163,24 @@ class Matcher:
         self.claimed = claimed if claimed is not None else set()
         self.best: Failure | None = None
         self.best_nodes: tuple = ()  # the nodes bound when the best failure happened
+        self.home = None  # the root's ir.Graph: a match never leaves it
 
     # -- entry point --------------------------------------------------------------------
     def match(self, pattern: Pattern, root: Node) -> Iterator[Match]:
         """Yield every structural match of ``pattern`` whose root is ``root``'s first output."""
         self.best, self.best_nodes = None, ()
+        self.home = root.graph
         if not root.outputs:
             return
-        names = _NAMES.get(id(pattern))
+        # Cached on the pattern itself: an id-keyed cache would outlive a pattern built on the fly.
+        names = pattern.__dict__.get("_capture_names")
         if names is None:
-            names = _NAMES[id(pattern)] = _names(pattern)
+            names = pattern.__dict__["_capture_names"] = _names(pattern)
         for st in self._match(pattern, root.outputs[0], _State()):
             yield Match(
                 root=root,
-                nodes={n: st.nodes[i] for i, n in names["nodes"].items() if i in st.nodes},
-                tensors={n: st.tensors[i] for i, n in names["tensors"].items() if i in st.tensors},
+                nodes={n: producer(st.at[i]) for i, n in names["nodes"].items() if i in st.at},
+                tensors={n: st.at[i] for i, n in names["tensors"].items() if i in st.at},
                 all_nodes=_unique(st.order),
             )
 
@@ -188,20 +193,27 @@ class Matcher:
 
     # -- recursion ----------------------------------------------------------------------
     def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
-        if isinstance(p, Alt):
-            node = producer(t)
+        bound = st.at.get(id(p))
+        if bound is not None:
+            yield from self._again(p, bound, t, st)
+        elif isinstance(p, Alt):
+            node = self._producer(t)
             op = None if node is None else node.op
             for o in p.options:
                 # Most options fail on the producer's op type: say so without recursing.
-                if isinstance(o, Op) and o.op_type != op and st.nodes.get(id(o)) is None:
+                if isinstance(o, Op) and o.op_type != op and id(o) not in st.at:
                     if not o.quiet:
-                        self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node'}, expected {o.op_type}")
+                        self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node of this scope'}, expected {o.op_type}")
                     continue
-                yield from self._match(o, t, st)
+                for s in self._match(o, t, st):
+                    yield s.bind(p, t)
+        elif isinstance(p, Opt):
+            for s in self._match(p.inner, t, st):
+                yield s.bind(p, t)
         elif isinstance(p, Op):
             yield from self._match_op(p, t, st)
         elif isinstance(p, Var):
-            yield from self._bind_tensor(p, t, st)
+            yield st.bind(p, t)
         elif isinstance(p, Const):
             if not self.graph.is_constant(t):
                 self.fail(st, lambda: f"{_desc(t)} is not a constant")
@@ -214,18 +226,38 @@ class Matcher:
                 if v != p.value:
                     self.fail(st, lambda: f"{_desc(t)} is {v:g}, expected {p.value:g}")
                     return
-            yield from self._bind_tensor(p, t, st)
+            yield st.bind(p, t)
         else:
             raise TypeError(f"not a pattern: {p!r}")
 
-    def _bind_tensor(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
-        bound = st.tensors.get(id(p))
-        if bound is None:
-            yield st.with_tensor(p, t)
-        elif bound is t or (isinstance(p, Const) and _same_constant(self.graph, bound, t)):
+    def _again(self, p: Pattern, bound: Tensor, t: Tensor, st: _State) -> Iterator[_State]:
+        """``p`` reached a second time, at ``t``: it stands for what it bound first."""
+        if bound is t:
             yield st
-        else:
+            return
+        if bound is _ABSENT or t is _ABSENT:
+            self.fail(st, lambda: f"{p!r} is present at one place and absent at another")
+            return
+        if not isinstance(p, (Var, Op)) and _same_constant(self.graph, bound, t):
+            yield st  # two constants of one value (a Const, or a constant option of an Alt)
+            return
+        if isinstance(p, (Var, Const)):
             self.fail(st, lambda: f"{getattr(p, 'name', p)!r} reached as both {bound.name!r} and {t.name!r}")
+            return
+        extra = _duplicate(self.graph, bound, t, self.home, self.claimed)
+        if extra is None:
+            if isinstance(p, Op):
+                node, first = producer(t), producer(bound)
+                self.fail(st, lambda: f"{p.op_type} {(node.name if node else t.name)!r} should be {first.name!r} (or an identical copy)")
+            else:
+                self.fail(st, lambda: f"{_desc(t)} should be {bound.name!r} (or an identical copy)")
+            return
+        yield st.with_extra(extra)
+
+    def _producer(self, t: Tensor) -> Node | None:
+        """The node computing ``t`` in the match's scope (an enclosing graph's is no node here)."""
+        node = producer(t)
+        return node if node is not None and node.graph is self.home else None
 
     def _match_op(self, p: Op, t: Tensor, st: _State) -> Iterator[_State]:
         node = producer(t)
@@ -233,23 +265,16 @@ class Matcher:
             if not p.quiet:
                 self.fail(st, lambda: f"{_desc(t)} is not computed by a node (expected {p.op_type})")
             return
+        if node.graph is not self.home:
+            if not p.quiet:
+                self.fail(st, lambda: f"{_desc(t)} is computed outside this scope, an input here (expected {p.op_type})")
+            return
         if node.op != p.op_type or node.domain not in _DEFAULT_DOMAINS:
             if not p.quiet:
                 self.fail(st, lambda: f"{_desc(t)} comes from {node.op}, expected {p.op_type}")
             return
         if node.outputs[0] is not t:
             self.fail(st, lambda: f"{_desc(t)} is not the first output of {node.op}")
-            return
-        bound = st.nodes.get(id(p))
-        if bound is not None:
-            if bound is node:
-                yield st
-                return
-            extra = _equivalent(self.graph, bound, node)
-            if extra is None:
-                self.fail(st, lambda: f"{p.op_type} {node.name!r} should be {bound.name!r} (or an identical copy)")
-                return
-            yield st.with_extra(extra)
             return
         if id(node) in self.claimed:
             self.fail(st, lambda: f"{node.op} {node.name!r} is already part of another fusion")
@@ -266,8 +291,13 @@ class Matcher:
         if not len(required) <= len(inputs) <= len(p.inputs):
             self.fail(st, lambda: f"{node.op} {node.name!r} has {len(inputs)} inputs, expected {len(required)}")
             return
-        pats = [q.inner if isinstance(q, Opt) else q for q in p.inputs[: len(inputs)]]
-        st = st.with_node(p, node)
+        st = st.bind(p, t, node)
+        for q in p.inputs[len(inputs) :]:  # absent optional inputs: absent wherever q is reached
+            if st.at.get(id(q), _ABSENT) is not _ABSENT:
+                self.fail(st, lambda: f"{node.op} {node.name!r} lacks an optional input present elsewhere")
+                return
+            st = st.bind(q, _ABSENT)
+        pats = p.inputs[: len(inputs)]
         orders = [inputs]
         if p.commute and len(inputs) == 2 and inputs[0] is not inputs[1]:
             orders.append(inputs[::-1])
@@ -283,30 +313,64 @@ class Matcher:
             yield from self._match_all(rest, s)
 
 
-def _equivalent(graph: ModelGraph, a: Node, b: Node, depth: int = 3) -> list[Node] | None:
-    """If ``b`` computes exactly what ``a`` does, the nodes that make ``b`` (for removal), else None."""
-    if a.op != b.op or a.domain != b.domain or len(a.inputs) != len(b.inputs) or a.attrs != b.attrs:
+# Ops whose result is a function of their inputs and attributes alone: two such nodes over
+# the same inputs compute the same tensor.  An allow-list: anything else (Random*, Bernoulli,
+# Multinomial, Dropout, custom domains, control flow) is never taken for a duplicate.
+DETERMINISTIC = frozenset(
+    """Abs Acos Acosh Add And Asin Asinh Atan Atanh BitShift Cast CastLike Ceil Celu Clip Concat
+    Cos Cosh CumSum DepthToSpace Div Einsum Elu Equal Erf Exp Expand Flatten Floor Gather
+    GatherElements GatherND Gelu Gemm Greater GreaterOrEqual HardSigmoid HardSwish Identity
+    InstanceNormalization IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log
+    LogSoftmax MatMul Max Mean Min Mish Mod Mul Neg Not Or Pad Pow PRelu Range Reciprocal
+    ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd
+    ReduceSum ReduceSumSquare Relu Reshape Round Selu Shape Sigmoid Sign Sin Sinh Size Slice
+    Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh Tile Transpose
+    Trilu Unsqueeze Where Xor""".split()
+)
+
+
+def _duplicate(graph: ModelGraph, a: Tensor, b: Tensor, home, claimed: set[int], depth: int = 4) -> list[Node] | None:
+    """If ``b`` is an exact recomputation of ``a`` in graph ``home``: the nodes that make ``b``
+    (to remove with the match), else None.
+
+    Exact means the same output of the same op with the same attributes, over inputs that are
+    the same tensors, equal constants, or again exact recomputations, ``depth`` nodes deep.
+    """
+    pa, pb = producer(a), producer(b)
+    if depth == 0 or pa is None or pb is None or pa is pb:
+        return None  # pa is pb: two outputs of one node (the halves of a Split)
+    if pa.graph is not home or pb.graph is not home or id(pb) in claimed:
         return None
-    extra = [b]
-    for x, y in zip(a.inputs, b.inputs):
+    if not _deterministic(pa) or pa.op != pb.op or pa.domain != pb.domain or pa.attrs != pb.attrs:
+        return None
+    if len(pa.inputs) != len(pb.inputs) or _index(pa, a) != _index(pb, b):
+        return None
+    extra = [pb]
+    for x, y in zip(pa.inputs, pb.inputs):
+        if not x.name or not y.name:
+            if x.name or y.name:
+                return None  # an optional input absent in one, present in the other
+            continue
         if x is y or _same_constant(graph, x, y):
             continue
-        px, py = producer(x), producer(y)
-        if depth == 0 or px is None or py is None:
-            return None
-        sub = _equivalent(graph, px, py, depth - 1)
+        sub = _duplicate(graph, x, y, home, claimed, depth - 1)
         if sub is None:
             return None
         extra.extend(sub)
     return extra
 
 
+def _deterministic(node: Node) -> bool:
+    return node.domain in _DEFAULT_DOMAINS and node.op in DETERMINISTIC and not node.subgraphs
+
+
+def _index(node: Node, t: Tensor) -> int:
+    return next(i for i, o in enumerate(node.outputs) if o is t)
+
+
 def _same_constant(graph: ModelGraph, a: Tensor, b: Tensor) -> bool:
     va, vb = graph.constant_value(a, 64), graph.constant_value(b, 64)
     return va is not None and vb is not None and va.dtype == vb.dtype and va.shape == vb.shape and (va == vb).all()
-
-
-_NAMES: dict[int, dict[str, dict[int, str]]] = {}  # patterns are module-level constants
 
 
 def _names(p: Pattern) -> dict[str, dict[int, str]]:
