@@ -248,9 +248,11 @@ class Matcher:
         if extra is None:
             if isinstance(p, Op):
                 node, first = producer(t), producer(bound)
-                self.fail(st, lambda: f"{p.op_type} {(node.name if node else t.name)!r} should be {first.name!r} (or an identical copy)")
+                self.fail(st, lambda: f"{p.op_type} {(node.name if node else t.name)!r} should be {first.name!r}, "
+                          "which the same part of the pattern matched elsewhere (or an identical copy of it)")
             else:
-                self.fail(st, lambda: f"{_desc(t)} should be {bound.name!r} (or an identical copy)")
+                self.fail(st, lambda: f"{_desc(t)} should be {bound.name!r}, which the same part of the pattern "
+                          "matched elsewhere (or an identical copy of it)")
             return
         yield st.with_extra(extra)
 
