@@ -22,8 +22,7 @@ import fusion
 from fusion.graph import ModelGraph
 from fusion.pattern import Const, Matcher, Op, Opt, Var
 
-from .builders import FLOAT, G, count, max_error, reduce_mean, run
-from .norm_models import LAYER, build, feeds
+from .builders import FLOAT, G, count, max_error, reduce_mean
 
 SQRT2 = math.sqrt(2.0)
 
