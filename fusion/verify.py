@@ -404,7 +404,7 @@ def _perturbed(rng: np.random.Generator, model: "_Model", t: onnx.TensorProto) -
     value = onnx.numpy_helper.to_array(t).astype(np.float64)
     scale = rng.uniform(1.3, 1.7, value.shape)
     shift = rng.uniform(0.05, 0.15, value.shape) * np.where(value < 0, -1.0, 1.0)
-    return (value * scale + shift).astype(np_type)
+    return np.asarray(value * scale + shift).astype(np_type)  # (a 0-d result would be a numpy scalar)
 
 
 def _dynamic_dims(model: "_Model") -> list[str]:

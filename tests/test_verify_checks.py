@@ -204,3 +204,13 @@ def test_a_fused_model_onnxruntime_cannot_load_is_failed_with_the_loaders_messag
     assert not rep.passed
     assert all(not c.passed and c.error for c in rep.checks)
     assert "NoSuchOp" in rep.checks[0].error, rep.checks[0].error
+
+
+def test_a_one_element_initializer_is_fed_as_an_array():
+    """(A 0-d perturbed value must stay an array: onnxruntime refuses numpy scalars.)"""
+    m = _scaled(False)
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array(2.0, np.float32), "g"))
+    m.graph.input[1].CopyFrom(helper.make_tensor_value_info("g", F, []))
+    rep = verify(m, m)
+    assert rep.passed and not rep.skipped, rep.table()
+    assert any(c.check.startswith(INITIALIZERS) for c in rep.checks)
