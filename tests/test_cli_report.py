@@ -151,3 +151,20 @@ def test_verify_extra_checks_option(tmp_path, capsys):
     assert "large mean" not in capsys.readouterr().out
     assert cli.main(["verify", str(model), str(out), "--extra-checks", "bogus"]) == 2
     assert "unknown extra checks" in capsys.readouterr().err
+
+
+def test_html_verify_table_names_each_check_and_the_fused_models_error(tmp_path):
+    from fusion import html_report
+    from fusion.verify import verify
+
+    model = tmp_path / "m.onnx"
+    onnx.save(build(LAYER), str(model))
+    result = __import__("fusion").fuse_file(model, tmp_path / "f.onnx")
+    broken = onnx.load(str(tmp_path / "f.onnx"))
+    del broken.functions[:]  # a custom node without its body: onnxruntime cannot load it
+    onnx.save(broken, str(tmp_path / "f.onnx"))
+    text = html_report.render_report(model, tmp_path / "f.onnx", result)
+    assert "<th>check</th>" in text and "FAILED" in text
+    assert "the fused model fails" in text and "FusedLayerNorm" in text.split("the fused model fails")[1][:400]
+    ok = verify(model, model)
+    assert {c.check.split(":")[0] for c in ok.checks} >= {"random", "large mean"}
