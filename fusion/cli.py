@@ -14,8 +14,10 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -49,6 +51,12 @@ def _add_verify_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--atol", type=float, help="absolute tolerance for every output (default: by dtype)")
     g.add_argument("--rtol", type=float, help="relative tolerance for every output (default: by dtype)")
     g.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    g.add_argument(
+        "--extra-checks",
+        metavar="LIST",
+        help="comma-separated extra checks beyond random inputs: 'initializers fed', 'zero-size dim', "
+        "'large mean', or none / all (default: fusion.verify.DEFAULT_EXTRA_CHECKS)",
+    )
 
 
 def _add_output_args(p: argparse.ArgumentParser) -> None:
@@ -62,6 +70,10 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     from . import api, report
 
     passes = _split(args.passes) if args.passes else None
+    if args.report:  # before anything is written: a bad report path must not cost the model
+        from .html_report import check_report_path  # noqa: PLC0415
+
+        check_report_path(args.report, [p for p in (args.model, args.output) if p])
     if args.dry_run:
         result = api.inspect(args.model, passes, target=args.target)
         print(report.to_json(result) if args.json else report.text(result, dry_run=True))
@@ -72,22 +84,38 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         return 0
     if not args.output:
         raise FusionError("fuse needs -o OUTPUT (or --dry-run)")
-    result = api.fuse_file(
-        args.model,
-        args.output,
-        passes,
-        target=args.target,
-        functions=not args.no_functions,
-        validate=not args.no_validate,
-    )
-    print(report.to_json(result) if args.json else report.text(result))
-    if not result.modified:
-        log.info("nothing fused: %s is a copy of the input", args.output)
-    if args.report:
-        from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+    with contextlib.ExitStack() as keep:
+        original = args.model
+        if args.report and _same_file(args.model, args.output):
+            # In place: the report compares with (and draws) the original, so keep it.
+            from .html_report import snapshot  # noqa: PLC0415
 
-        write_report(args.model, args.output, result, args.report)
+            original = keep.enter_context(snapshot(args.model))
+        result = api.fuse_file(
+            args.model,
+            args.output,
+            passes,
+            target=args.target,
+            functions=not args.no_functions,
+            validate=not args.no_validate,
+        )
+        print(report.to_json(result) if args.json else report.text(result))
+        if not result.modified:
+            log.info("nothing fused: %s is a copy of the input", args.output)
+        if args.report:
+            from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+
+            write_report(original, args.output, result, args.report, shown_as=args.model)
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -100,6 +128,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     rep = verify(
         args.original,
         args.fused,
+        extra_checks=_extra_checks(args.extra_checks),
         shapes=_parse_shapes(args.shapes),
         atol=args.atol,
         rtol=args.rtol,
@@ -109,6 +138,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     print(json.dumps(rep.to_dict(), indent=2) if args.json else rep.table())
     return 0 if rep.passed else 1
+
+
+def _extra_checks(text: str | None):
+    from .verify import EXTRA_CHECKS  # noqa: PLC0415
+
+    if text is None:
+        return True
+    if text.strip().lower() == "none":
+        return False
+    if text.strip().lower() == "all":
+        return list(EXTRA_CHECKS)
+    return _split(text)  # (verify names the unknown ones)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
