@@ -119,7 +119,7 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
             # Whether γ grows the output (a normalized dim of 1, or more dims than the input
             # has) depends on the input's shape.
             shape = g.shape(x)
-        _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}", lambda a: _proven_dim(g, x, a))
+        _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}", lambda a: _proven_dim(g, x, a, ctx.scope))
     known_min = len(shape) if shape is not None else -min(axes)
     check_constant_rank(g, m.all_nodes, None if shape is None else len(shape), known_min, lambda: _rank(g, x))
     return desc
@@ -138,10 +138,15 @@ _SAME_SHAPE = frozenset({
 _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min"})
 
 
-def _proven_dim(g, t: Tensor, axis: int, depth: int = 12) -> int | None:
-    """The size of ``t`` along negative ``axis`` whatever the graph's inputs are, where the
-    graph forces it: an annotation, a constant, an op broadcasting with an operand of that size
-    (the residual Add with a bias before a LayerNorm), a MatMul or Gemm with a fixed weight."""
+def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 12, assume: dict | None = None) -> int | None:
+    """The size of ``t`` (in ``scope``) along negative ``axis`` whatever the graph's inputs are,
+    where the graph forces it: an annotation, a constant, an op broadcasting with an operand of
+    that size (the residual Add with a bias before a LayerNorm), a MatMul or Gemm with a fixed
+    weight; for a function's input, the same size at every call; for a Loop's carried value,
+    its initial size if the body keeps it (by induction: ``assume`` holds the hypothesis)."""
+    assume = assume or {}
+    if id(t) in assume:
+        return assume[id(t)]
     shape = g.fixed_shape(t)
     if shape is None:
         shape = g.shape(t, infer=False)
@@ -150,14 +155,25 @@ def _proven_dim(g, t: Tensor, axis: int, depth: int = 12) -> int | None:
             return 1 if g.fixed_shape(t) is not None else None  # a constant broadcasts as size 1 there
         if isinstance(shape[axis], int):
             return shape[axis]
+    if depth == 0:
+        return None
     node = producer(t)
-    if node is None or depth == 0 or node.domain not in ("", "ai.onnx") or not node.inputs:
+    if node is None:
+        return _proven_at_calls(g, t, axis, scope, depth - 1)
+    i = next((k for k, o in enumerate(node.outputs) if o is t), None)
+    if node.domain not in ("", "ai.onnx"):
+        # A call of a model-local function: what its body forces on that output.
+        f = next((s for s in g.scopes if s.is_function and (s.proto.domain, s.proto.name) == (node.domain, node.op)), None)
+        if f is None or i is None or i >= len(f.ir.outputs):
+            return None
+        return _proven_dim(g, f.ir.outputs[i], axis, f, depth - 1, {})
+    if not node.inputs:
         return None
     if node.op in _SAME_SHAPE:
-        return _proven_dim(g, node.inputs[0], axis, depth - 1)
+        return _proven_dim(g, node.inputs[0], axis, node.scope, depth - 1, assume)
     if node.op in _BROADCAST:
         # The result has the one size other than 1 among the operands (or the op fails).
-        dims = [_proven_dim(g, i, axis, depth - 1) for i in node.inputs]
+        dims = [_proven_dim(g, i, axis, node.scope, depth - 1, assume) for i in node.inputs]
         known = [d for d in dims if d is not None and d != 1]
         if known:
             return known[0]
@@ -167,7 +183,46 @@ def _proven_dim(g, t: Tensor, axis: int, depth: int = 12) -> int | None:
         if w is not None and len(w) >= 2:
             trans = node.op == "Gemm" and int(node.attrs.get("transB", 0))
             return w[-2] if trans else w[-1]
+    if node.op == "Transpose" and node.attrs.get("perm") is not None:
+        perm = list(node.attrs["perm"])
+        if -axis > len(perm):
+            return None
+        return _proven_dim(g, node.inputs[0], perm[axis] - len(perm), node.scope, depth - 1, assume)
+    if node.op == "MatMul" and axis in (-1, -2) and len(node.inputs) == 2:
+        # Operands of rank >= 2 (both have a dim -2): rows come from a, columns from b (P @ V).
+        a, b = node.inputs
+        if all(_proven_dim(g, v, -2, node.scope, depth - 1, assume) is not None for v in (a, b)):
+            return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume)
+    if node.op == "If" and len(node.subgraphs) == 2:
+        dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume) for b in node.subgraphs.values()}
+        return dims.pop() if len(dims) == 1 else None
+    if node.op == "Loop" and "body" in node.subgraphs and i < len(node.inputs) - 2:
+        body = node.subgraphs["body"][0]
+        d = _proven_dim(g, node.inputs[2 + i], axis, node.scope, depth - 1, assume)
+        if d is None or len(body.inputs) != len(node.inputs) or len(body.outputs) <= 1 + i:
+            return None
+        step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, id(body.inputs[2 + i]): d})
+        return d if step == d else None
     return None
+
+
+def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int) -> int | None:
+    """A model-local function's input: the size its every caller passes, if they agree."""
+    if scope is None or not scope.is_function or t.name not in scope.proto.input:
+        return None
+    index = list(scope.proto.input).index(t.name)
+    key = (scope.proto.domain, scope.proto.name)
+    found: set = set()
+    for s in g.scopes:
+        for n in s.ir.nodes:
+            if (n.domain, n.op) != key:
+                continue
+            if index >= len(n.inputs) or not n.inputs[index].name:
+                return None
+            found.add(_proven_dim(g, n.inputs[index], axis, s, depth, {}))
+            if len(found) > 1 or None in found:
+                return None
+    return found.pop() if found else None
 
 
 def _check_restored(g, restore: Node, xshape, axes: tuple[int, ...]) -> None:

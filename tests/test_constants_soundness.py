@@ -455,3 +455,47 @@ def test_dynamic_dim_rmsnorm_is_refused():
     assert not result.fusions
     assert any("where the input's size is 'D'" in r for r in reasons(result)), reasons(result)
     same_outputs(model, result.model, x_feeds([(2, 3, D), (2, 3, 1)]))
+
+
+def _function_model(x_shape, calls: int = 2) -> onnx.ModelProto:
+    """A LayerNorm inside a model-local function, called ``calls`` times in a row."""
+    rng = np.random.default_rng(3)
+    body = G(opset=13)
+
+    def k(value) -> str:
+        return body.constant_node(np.asarray(value, np.float32))
+
+    mean = body.op("ReduceMean", "fx", axes=[-1])
+    d = body.op("Sub", "fx", mean)
+    var = body.op("ReduceMean", body.op("Pow", d, k(2.0)), axes=[-1])
+    n = body.op("Div", d, body.op("Sqrt", body.op("Add", var, k(1e-5))))
+    n = body.op("Add", body.op("Mul", n, k(rng.standard_normal(D))), k(rng.standard_normal(D)))
+    fn = helper.make_function(
+        "local", "Norm", ["fx"], [n], body.nodes, [helper.make_opsetid("", 13)]
+    )
+    g = G(opset=13)
+    y = g.input("x", FLOAT, x_shape)
+    for _ in range(calls):
+        y = g.op("Norm", y, domain="local")
+    g.nodes[-1].output[0] = "y"
+    g.output("y", FLOAT, None)
+    m = helper.make_model(g.graph(), opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
+                          ir_version=8, functions=[fn])
+    return m
+
+
+def test_function_input_proven_at_every_call():
+    """Inside a function x has no shape; every call passes a last dim of 16 (the second call
+    passes the first's output, whose β makes it 16): the norm fuses."""
+    model = _function_model(("B", "S", D))
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, reasons(result)
+    same_outputs(model, result.model, x_feeds(NORM_SHAPES))
+
+
+def test_function_input_dynamic_at_a_call_is_refused():
+    model = _function_model(("B", "S", "D"), calls=1)
+    result = fusion.run(model, ["layernorm"])
+    assert not result.fusions
+    assert any("has 16 along normalized axis -1, where the input's size is unknown" in r for r in reasons(result)), reasons(result)
+    same_outputs(model, result.model, x_feeds([(2, 3, D), (2, 3, 1)]))
