@@ -81,8 +81,8 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     """Check a structural match of a norm and describe it; raise Reject with the reason."""
     g = ctx.graph
     x = m["x"]
-    # γ and β go to the fused node as inputs; everything else (eps, axes, exponents) is baked.
-    check_overridable(g, m, ("gamma", "beta"))
+    # x, γ and β go to the fused node as inputs; everything else (eps, axes, exponents) is baked.
+    check_overridable(g, m, ("x", "gamma", "beta"))
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
     needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
     restored = any(n + "_restore" in m for n in reductions)

@@ -499,3 +499,13 @@ def test_function_input_dynamic_at_a_call_is_refused():
     assert not result.fusions
     assert any("has 16 along normalized axis -1, where the input's size is unknown" in r for r in reasons(result)), reasons(result)
     same_outputs(model, result.model, x_feeds([(2, 3, D), (2, 3, 1)]))
+
+
+def test_overridable_norm_input_is_passed_through():
+    """x itself an initializer listed as an input (a norm of a weight): the node reads it as an input."""
+    model = norm_model()
+    model.graph.initializer.append(onnx.numpy_helper.from_array(_x((2, 3, D), 9), "x"))
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, reasons(result)
+    same_outputs(model, result.model, x_feeds(NORM_SHAPES))
+    same_outputs(model, result.model, [{}])
