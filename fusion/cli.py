@@ -75,7 +75,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 
         check_report_path(args.report, [p for p in (args.model, args.output) if p])
     if args.dry_run:
-        result = api.inspect(args.model, passes, target=args.target)
+        result = api.inspect(args.model, passes, target=args.target, assume_constant_initializers=args.freeze_initializers)
         print(report.to_json(result) if args.json else report.text(result, dry_run=True))
         if args.report:
             from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
@@ -98,6 +98,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
             target=args.target,
             functions=not args.no_functions,
             validate=not args.no_validate,
+            assume_constant_initializers=args.freeze_initializers,
         )
         print(report.to_json(result) if args.json else report.text(result))
         if not result.modified:
@@ -295,6 +296,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output .onnx (may equal the input: written atomically)")
     p.add_argument("--dry-run", action="store_true", help="report matches and near-misses; write nothing")
     p.add_argument("--report", help="also write an HTML report of every fusion to this path")
+    p.add_argument(
+        "--freeze-initializers",
+        action="store_true",
+        help="treat initializers listed as graph inputs as constants; the output stops listing them as inputs",
+    )
     _add_fusion_args(p)
     _add_output_args(p)
     p.set_defaults(func=cmd_fuse)

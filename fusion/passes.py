@@ -20,7 +20,7 @@ import onnx
 from . import specs
 from .errors import FusionError
 from .ir import Node
-from .graph import ModelGraph, Scope, weightless
+from .graph import ModelGraph, Scope, freeze_initializers, weightless
 from .model_io import check_graph, check_versions, external_tensors
 from .pattern import Failure, Match, Matcher
 from .rewrite import Editor, Emitter, Reject
@@ -92,12 +92,14 @@ def run(
     inplace: bool = False,
     reload: Callable[[], onnx.ModelProto] | None = None,
     options: dict | None = None,
+    assume_constant_initializers: bool = False,
 ) -> PassResult:
     """Apply ``rules`` to ``model``; see the module doc.
 
     ``model`` is left as it was unless ``inplace`` (which saves copying the weights); then
     ``reload`` gives the original back, should the output fail validation, to tell whose
-    fault that is.
+    fault that is.  ``assume_constant_initializers``: initializers listed as graph inputs are
+    constants (see ModelGraph.overridable); a fused output then no longer lists them as inputs.
     """
     t0 = time.perf_counter()
     # requires
@@ -105,7 +107,8 @@ def run(
         raise FusionError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
     check_versions(model)
     ours = {(s.domain, s.op_type) for s in specs.SPECS}
-    graph = ModelGraph.from_proto(model, base_dir, skip_functions=ours)
+    graph = ModelGraph.from_proto(model, base_dir, skip_functions=ours, assume_constant_initializers=assume_constant_initializers)
+    ir_version = model.ir_version
     check_graph(graph.scopes[0].ir)
 
     # call
@@ -137,6 +140,12 @@ def run(
     if dry_run or not editor.modified:
         return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0, dry_run=dry_run)
     out, warnings = editor.apply(with_functions=functions, inplace=inplace)
+    # The fusion may have read those initializers as constants: let no caller feed them.  Below
+    # IR 4 they were constants by convention; a function body lifts the IR version past that.
+    if out.ir_version >= 4 and (assume_constant_initializers or ir_version < 4):
+        frozen = freeze_initializers(out)
+        if frozen:
+            log.info("%d initializers are no longer listed as graph inputs: %s", len(frozen), ", ".join(frozen[:8]))
 
     # ensures
     if validate:

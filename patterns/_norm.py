@@ -10,10 +10,12 @@ from onnx import helper
 
 from fusion import specs
 from fusion.ir import Node, Tensor
-from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH
+from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH, producer
 from fusion.pattern import Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import Emitter, Reject
 from fusion.rules import Context
+
+from ._constants import check_constant_rank, check_overridable
 
 _TYPE_NAME = {t: onnx.TensorProto.DataType.Name(t) for t in FLOAT_TYPES}
 # TensorRT 8.5.3's shipped LayerNorm plugin on the H100, against NumPy: max error 9.4e-3 at 32
@@ -79,6 +81,8 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     """Check a structural match of a norm and describe it; raise Reject with the reason."""
     g = ctx.graph
     x = m["x"]
+    # x, γ and β go to the fused node as inputs; everything else (eps, axes, exponents) is baked.
+    check_overridable(g, m, ("x", "gamma", "beta"))
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
     needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
     restored = any(n + "_restore" in m for n in reductions)
@@ -107,13 +111,118 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
         t = getattr(desc, param)
         if t is None:
             continue
-        pshape = g.constant_shape(t)
+        pshape = g.fixed_shape(t)
+        if pshape is None and g.overridable(t):
+            raise Reject(f"{'γ' if param == 'gamma' else 'β'}: {g.not_constant_reason(t)}, and its graph input "
+                         "does not pin its shape and type to the initializer's")
         if shape is None and (any(d != 1 for d in pshape) or len(pshape) > -min(axes)):
             # Whether γ grows the output (a normalized dim of 1, or more dims than the input
             # has) depends on the input's shape.
             shape = g.shape(x)
-        _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}")
+        _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}", lambda a: _proven_dim(g, x, a, ctx.scope))
+    known_min = len(shape) if shape is not None else -min(axes)
+    check_constant_rank(g, m.all_nodes, None if shape is None else len(shape), known_min, lambda: _rank(g, x))
     return desc
+
+
+def _rank(g, x: Tensor) -> int | None:
+    shape = g.shape(x)
+    return None if shape is None else len(shape)
+
+
+# Ops whose output has their input's shape.
+_SAME_SHAPE = frozenset({
+    "Cast", "Identity", "Relu", "Erf", "Tanh", "Sigmoid", "Sqrt", "Neg", "Reciprocal", "Abs", "Exp", "Log", "Gelu",
+    "Dropout", "Clip", "LeakyRelu", "Elu", "Softplus", "Softmax", "LogSoftmax", "LayerNormalization", "HardSigmoid",
+})
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min"})
+
+
+def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 12, assume: dict | None = None) -> int | None:
+    """The size of ``t`` (in ``scope``) along negative ``axis`` whatever the graph's inputs are,
+    where the graph forces it: an annotation, a constant, an op broadcasting with an operand of
+    that size (the residual Add with a bias before a LayerNorm), a MatMul or Gemm with a fixed
+    weight; for a function's input, the same size at every call; for a Loop's carried value,
+    its initial size if the body keeps it (by induction: ``assume`` holds the hypothesis)."""
+    assume = assume or {}
+    if id(t) in assume:
+        return assume[id(t)]
+    shape = g.fixed_shape(t)
+    if shape is None:
+        shape = g.shape(t, infer=False)
+    if shape is not None:
+        if -axis > len(shape):
+            return 1 if g.fixed_shape(t) is not None else None  # a constant broadcasts as size 1 there
+        if isinstance(shape[axis], int):
+            return shape[axis]
+    if depth == 0:
+        return None
+    node = producer(t)
+    if node is None:
+        return _proven_at_calls(g, t, axis, scope, depth - 1)
+    i = next((k for k, o in enumerate(node.outputs) if o is t), None)
+    if node.domain not in ("", "ai.onnx"):
+        # A call of a model-local function: what its body forces on that output.
+        f = next((s for s in g.scopes if s.is_function and (s.proto.domain, s.proto.name) == (node.domain, node.op)), None)
+        if f is None or i is None or i >= len(f.ir.outputs):
+            return None
+        return _proven_dim(g, f.ir.outputs[i], axis, f, depth - 1, {})
+    if not node.inputs:
+        return None
+    if node.op in _SAME_SHAPE:
+        return _proven_dim(g, node.inputs[0], axis, node.scope, depth - 1, assume)
+    if node.op in _BROADCAST:
+        # The result has the one size other than 1 among the operands (or the op fails).
+        dims = [_proven_dim(g, i, axis, node.scope, depth - 1, assume) for i in node.inputs]
+        known = [d for d in dims if d is not None and d != 1]
+        if known:
+            return known[0]
+        return 1 if all(d == 1 for d in dims) else None
+    if axis == -1 and node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
+        w = g.fixed_shape(node.inputs[1])
+        if w is not None and len(w) >= 2:
+            trans = node.op == "Gemm" and int(node.attrs.get("transB", 0))
+            return w[-2] if trans else w[-1]
+    if node.op == "Transpose" and node.attrs.get("perm") is not None:
+        perm = list(node.attrs["perm"])
+        if -axis > len(perm):
+            return None
+        return _proven_dim(g, node.inputs[0], perm[axis] - len(perm), node.scope, depth - 1, assume)
+    if node.op == "MatMul" and axis in (-1, -2) and len(node.inputs) == 2:
+        # Operands of rank >= 2 (both have a dim -2): rows come from a, columns from b (P @ V).
+        a, b = node.inputs
+        if all(_proven_dim(g, v, -2, node.scope, depth - 1, assume) is not None for v in (a, b)):
+            return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume)
+    if node.op == "If" and len(node.subgraphs) == 2:
+        dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume) for b in node.subgraphs.values()}
+        return dims.pop() if len(dims) == 1 else None
+    if node.op == "Loop" and "body" in node.subgraphs and i < len(node.inputs) - 2:
+        body = node.subgraphs["body"][0]
+        d = _proven_dim(g, node.inputs[2 + i], axis, node.scope, depth - 1, assume)
+        if d is None or len(body.inputs) != len(node.inputs) or len(body.outputs) <= 1 + i:
+            return None
+        step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, id(body.inputs[2 + i]): d})
+        return d if step == d else None
+    return None
+
+
+def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int) -> int | None:
+    """A model-local function's input: the size its every caller passes, if they agree."""
+    if scope is None or not scope.is_function or t.name not in scope.proto.input:
+        return None
+    index = list(scope.proto.input).index(t.name)
+    key = (scope.proto.domain, scope.proto.name)
+    found: set = set()
+    for s in g.scopes:
+        for n in s.ir.nodes:
+            if (n.domain, n.op) != key:
+                continue
+            if index >= len(n.inputs) or not n.inputs[index].name:
+                return None
+            found.add(_proven_dim(g, n.inputs[index], axis, s, depth, {}))
+            if len(found) > 1 or None in found:
+                return None
+    return found.pop() if found else None
 
 
 def _check_restored(g, restore: Node, xshape, axes: tuple[int, ...]) -> None:
@@ -162,8 +271,9 @@ def _normalized_axes(g, node: Node, rank: int | None, keepdims: int = 1) -> tupl
     return tuple(sorted(set(axes)))
 
 
-def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str) -> None:
-    """γ/β must vary only along the normalized axes and broadcast against them."""
+def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str, proven=lambda axis: None) -> None:
+    """γ/β must vary only along the normalized axes and broadcast against them; where γ/β is
+    not 1, the input's size must be known to equal it (``proven(axis)`` when not annotated)."""
     if pshape is None:
         raise Reject(f"{what} has an unknown shape")
     if xshape is not None and len(pshape) > len(xshape):
@@ -178,6 +288,11 @@ def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str) -> None:
                 raise Reject(f"{what} shape {list(pshape)} varies along axis {-j}, which is not normalized")
         elif xshape is not None and isinstance(xshape[-j], int) and d not in (1, xshape[-j]):
             raise Reject(f"{what} shape {list(pshape)} does not broadcast to the input shape {list(xshape)}")
+        elif d != 1 and (xshape is None or not isinstance(xshape[-j], int)) and proven(-j) != d:
+            # Fed a size of 1 there, the original broadcasts to γ's size; a fused node cannot.
+            dim = "unknown" if xshape is None else repr(xshape[-j])
+            raise Reject(f"{what} has {d} along normalized axis {-j}, where the input's size is {dim}: "
+                         f"cannot prove they are equal")
 
 
 # -- rewrite ----------------------------------------------------------------------------
@@ -301,7 +416,7 @@ def _normalized_shape(g, desc: NormDesc, xshape) -> list | None:
     for t in (desc.gamma, desc.beta):
         if t is None:
             continue
-        ps = g.constant_shape(t)
+        ps = g.fixed_shape(t)
         for i, a in enumerate(desc.axes):
             if -a <= len(ps) and ps[a] != 1 and dims[i] is None:
                 dims[i] = int(ps[a])
@@ -315,10 +430,22 @@ def _affine(em: Emitter, g, param, desc: NormDesc, norm_shape, out_shape, t: int
         if out_shape is None:
             raise Reject(f"{hint} is absent and the normalized size is not static")
         return em.const(hint, np.full(out_shape, fill, dtype=np_type))
-    if list(g.constant_shape(param)) == out_shape and g.elem_type(param) == t:
+    pshape = list(g.fixed_shape(param))
+    if pshape == out_shape and g.elem_type(param) == t:
         return param.name  # already right: no copy, no read of the weights
     if norm_shape is None:
         raise Reject(f"{hint} {param.name!r} must be reshaped and the normalized size is not static")
+    if g.overridable(param):
+        # Its value may be fed: reshape and cast it in the graph, never bake it.
+        if int(np.prod(pshape)) != int(np.prod(out_shape)):
+            raise Reject(f"{hint} {param.name!r} of shape {pshape} must be broadcast to {out_shape}, which would bake "
+                         f"its value: {g.not_constant_reason(param)}")
+        name = param.name
+        if pshape != out_shape:
+            name = em.node("Reshape", [name, em.const(hint + "_shape", np.array(out_shape, np.int64))])[0]
+        if g.elem_type(param) != t:
+            name = em.node("Cast", [name], to=t)[0]
+        return name
     value = g.constant_value(param)
     if value is None:
         raise Reject(f"{hint} {param.name!r} is too large to reshape")
