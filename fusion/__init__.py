@@ -14,6 +14,8 @@ from .specs import SPECS
 # code has imported the module `fusion.verify` (polygraphy itself is imported lazily).
 from .verify import VerifyReport, verify  # noqa: E402
 
+from .deployment import DeployResult, deploy  # noqa: E402 - TensorRT itself is imported lazily
+
 __version__ = "0.1.0"
 
 
@@ -31,7 +33,9 @@ __all__ = [
     "PassResult",
     "SPECS",
     "VerifyReport",
+    "DeployResult",
     "build_engine",
+    "deploy",
     "fuse",
     "fuse_file",
     "fuse_gemm",

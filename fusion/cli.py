@@ -5,7 +5,11 @@
     python -m fusion list
     python -m fusion plugins build | check LIB
     python -m fusion docs [--check]                       # the README's generated tables
-    python -m fusion build fused.onnx -o model.engine --shapes ...   (needs TensorRT)
+    python -m fusion build fused.onnx -o model.engine --profile ...  (needs TensorRT)
+    python -m fusion deploy model.onnx -o OUTDIR --profile ...      (all of it, needs TensorRT)
+
+Options mean the same in every subcommand (fusion/options.py): --profile takes ranges,
+--shapes takes points.
 
 Errors become one line on stderr and exit code 2 (bad input) or 3 (a bug here); ``--debug``
 shows the traceback instead.
@@ -22,45 +26,18 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from . import options
 from .errors import FusionError
 
 log = logging.getLogger("fusion")
 
-TARGETS = ("plugin", "trt", "onnx")
+TARGETS = options.TARGETS
 
 
-# -- argument groups (shared by subcommands) -------------------------------------------
+# -- argument groups: defined once in fusion/options.py, shared by the subcommands ---------
 
-
-def _add_fusion_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("fusion")
-    g.add_argument("--passes", help="comma-separated passes (default: all; see `list`)")
-    g.add_argument("--target", choices=TARGETS, default="plugin", help="what fused nodes become (default: plugin)")
-    g.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies to custom ops")
-    g.add_argument("--no-validate", action="store_true", help="skip onnx.checker (full) on the output")
-
-
-def _add_verify_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("verification")
-    g.add_argument(
-        "--shapes",
-        nargs="+",
-        metavar="POINT",
-        help="shape points, each 'dim=value,...' or 'input:AxBxC,...' (default: every dynamic dim 1, 3, 8)",
-    )
-    g.add_argument("--atol", type=float, help="absolute tolerance for every output (default: by dtype)")
-    g.add_argument("--rtol", type=float, help="relative tolerance for every output (default: by dtype)")
-    g.add_argument("--seed", type=int, default=0, help="seed for random inputs")
-    g.add_argument(
-        "--extra-checks",
-        metavar="LIST",
-        help="comma-separated extra checks beyond random inputs: 'initializers fed', 'zero-size dim', "
-        "'large mean', or none / all (default: fusion.verify.DEFAULT_EXTRA_CHECKS)",
-    )
-
-
-def _add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+_add_fusion_args = options.add_fusion_args
+_add_output_args = options.add_output_args
 
 
 # -- subcommands ------------------------------------------------------------------------
@@ -69,7 +46,7 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
 def cmd_fuse(args: argparse.Namespace) -> int:
     from . import api, report
 
-    passes = _split(args.passes) if args.passes else None
+    passes = options.passes(args)
     if args.report:  # before anything is written: a bad report path must not cost the model
         from .html_report import check_report_path  # noqa: PLC0415
 
@@ -124,13 +101,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     kwargs = {}
     if args.trt:
-        kwargs = _engine_options(args)
-        kwargs["profiles"] = _profiles(args.profile)
+        kwargs = options.engine_options(args)
+        kwargs["profiles"] = options.profiles(args)
     rep = verify(
         args.original,
         args.fused,
-        extra_checks=_extra_checks(args.extra_checks),
-        shapes=_parse_shapes(args.shapes),
+        extra_checks=options.extra_checks(args.extra_checks),
+        shapes=options.shape_points(args.shapes),
         atol=args.atol,
         rtol=args.rtol,
         seed=args.seed,
@@ -139,18 +116,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     print(json.dumps(rep.to_dict(), indent=2) if args.json else rep.table())
     return 0 if rep.passed else 1
-
-
-def _extra_checks(text: str | None):
-    from .verify import EXTRA_CHECKS  # noqa: PLC0415
-
-    if text is None:
-        return True
-    if text.strip().lower() == "none":
-        return False
-    if text.strip().lower() == "all":
-        return list(EXTRA_CHECKS)
-    return _split(text)  # (verify names the unknown ones)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -249,7 +214,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     from .trt import build_engine  # noqa: PLC0415 - TensorRT is optional
 
-    built = build_engine(args.model, shapes=_profiles(args.shapes), out=args.output, **_engine_options(args))
+    built = build_engine(args.model, shapes=options.profiles(args), out=args.output, **options.engine_options(args))
     info = built.summary()
     if args.json:
         print(json.dumps(info, indent=2))
@@ -263,23 +228,28 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine_options(args: argparse.Namespace) -> dict:
-    """Build options shared by `build` and `verify --trt`."""
-    opts: dict = {"plugins": args.plugins or [], "precision": args.precision}
-    if args.no_tactic_sources:
-        opts["tactic_sources"] = []
-    if args.timing_cache:
-        opts["timing_cache"] = args.timing_cache
-    return opts
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from .deployment import deploy, stderr_progress  # noqa: PLC0415 - TensorRT is optional
 
-
-def _profiles(groups: Sequence[Sequence[str]] | None) -> list[dict] | None:
-    """Each --shapes/--profile occurrence is one optimization profile."""
-    if not groups:
-        return None
-    from .trt_profiles import parse_profile  # noqa: PLC0415
-
-    return [parse_profile(g) for g in groups]
+    result = deploy(
+        args.model,
+        args.output,
+        profile=options.profiles(args),
+        target=args.target,
+        passes=options.passes(args),
+        functions=not args.no_functions,
+        validate=not args.no_validate,
+        freeze_initializers=args.freeze_initializers,
+        tune=args.tune,
+        latency=not args.no_latency,
+        atol=args.atol,
+        rtol=args.rtol,
+        seed=args.seed,
+        progress=stderr_progress,
+        **options.engine_options(args),
+    )
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.text())
+    return 0 if result.passed else 1
 
 
 # -- parser -----------------------------------------------------------------------------
@@ -296,11 +266,6 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output .onnx (may equal the input: written atomically)")
     p.add_argument("--dry-run", action="store_true", help="report matches and near-misses; write nothing")
     p.add_argument("--report", help="also write an HTML report of every fusion to this path")
-    p.add_argument(
-        "--freeze-initializers",
-        action="store_true",
-        help="treat initializers listed as graph inputs as constants; the output stops listing them as inputs",
-    )
     _add_fusion_args(p)
     _add_output_args(p)
     p.set_defaults(func=cmd_fuse)
@@ -310,16 +275,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("fused")
     p.add_argument("--trt", action="store_true", help="run the fused model on TensorRT instead of onnxruntime")
     g = p.add_argument_group("TensorRT (with --trt)")
-    g.add_argument(
-        "--profile",
-        nargs="+",
-        action="append",
-        metavar="RANGE",
-        help="an optimization profile: input:MIN,OPT,MAX shapes (1x1,8x128,32x512) or dim=MIN,OPT,MAX; repeat for "
-        "more profiles; inputs default to each profile's min/opt/max (default profile: spans the verify shapes)",
-    )
-    _add_engine_args(g)
-    _add_verify_args(p)
+    options.add_profile_args(g, help_suffix="; inputs default to each profile's min/opt/max (default profile: spans "
+                             "the verify shapes)")  # fmt: skip
+    options.add_engine_args(g)
+    g = p.add_argument_group("verification")
+    options.add_shape_args(g)
+    options.add_tolerance_args(g)
+    options.add_extra_checks_arg(g)
     _add_output_args(p)
     p.set_defaults(func=cmd_verify)
 
@@ -350,33 +312,36 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="build a TensorRT engine (needs TensorRT)")
     _add_build_args(p)
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("deploy", help="fuse, build the engine, verify it at the profile's min/opt/max, time it "
+                       "against the unfused engine, report (needs TensorRT)")  # fmt: skip
+    _add_deploy_args(p)
+    p.set_defaults(func=cmd_deploy)
     return parser
 
 
 def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model")
     p.add_argument("-o", "--output", required=True, help="engine file")
-    p.add_argument(
-        "--shapes",
-        "--profile",
-        dest="shapes",
-        nargs="+",
-        action="append",
-        metavar="RANGE",
-        help="an optimization profile: input:MIN,OPT,MAX shapes (input_ids:1x1,8x128,32x512) or dim=MIN,OPT,MAX "
-        "(batch=1,8,32); inputs sharing a dim name share its range; repeat the option for more profiles",
-    )
-    _add_engine_args(p)
+    g = p.add_argument_group("TensorRT")
+    options.add_profile_args(g, legacy_shapes=True)
+    options.add_engine_args(g)
     _add_output_args(p)
 
 
-def _add_engine_args(p) -> None:
-    p.add_argument("--plugins", nargs="+", default=[], help="plugin libraries to load before parsing")
-    p.add_argument("--precision", choices=("fp32", "tf32", "fp16"), default="fp32",
-                   help="fp32 (TF32 off), tf32 or fp16 (default: fp32)")  # fmt: skip
-    p.add_argument("--no-tactic-sources", action="store_true",
-                   help="allow no cuBLAS/cuDNN tactics (TensorRT 8.5 where those libraries are absent)")  # fmt: skip
-    p.add_argument("--timing-cache", metavar="FILE", help="TensorRT timing cache to read and update")
+def _add_deploy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="input .onnx")
+    p.add_argument("-o", "--output", required=True, metavar="OUTDIR",
+                   help="directory for the fused model, the engine, report.html and deploy.json")  # fmt: skip
+    _add_fusion_args(p)
+    g = p.add_argument_group("TensorRT")
+    options.add_profile_args(g, help_suffix=" (required where the model has dynamic inputs)")
+    options.add_engine_args(g)
+    g.add_argument("--tune", action="store_true", help="keep only the fusions that make the engine faster (fusion.tune)")
+    g.add_argument("--no-latency", action="store_true", help="skip the unfused engine and the timing")
+    g = p.add_argument_group("verification (at each profile's min, opt and max)")
+    options.add_tolerance_args(g)
+    _add_output_args(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -384,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for note in options.deprecation_warnings(args):
+        log.warning("%s", note)
     try:
         return int(args.func(args) or 0)
     except FusionError as e:
@@ -400,37 +367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"internal error: {type(e).__name__}: {first} (rerun with --debug for the traceback)", file=sys.stderr)
         return 3
-
-
-def _split(s: str) -> list[str]:
-    return [p.strip() for p in s.split(",") if p.strip()]
-
-
-def _parse_shapes(points: Sequence[str] | None) -> list[dict] | None:
-    """'batch=2,seq=16' or 'input_ids:2x16,mask:2x16' -> [{...}]"""
-    if not points:
-        return None
-    out = []
-    for point in points:
-        d: dict = {}
-        for item in _split(point):
-            if "=" in item:
-                k, v = item.split("=", 1)
-                d[k.strip()] = _int(v, point)
-            elif ":" in item:
-                k, v = item.rsplit(":", 1)
-                d[k.strip()] = [_int(x, point) for x in v.lower().split("x")]
-            else:
-                raise FusionError(f"bad shape point {point!r}: use dim=value or input:AxBxC")
-        out.append(d)
-    return out
-
-
-def _int(v: str, point: str) -> int:
-    try:
-        return int(v)
-    except ValueError:
-        raise FusionError(f"bad shape point {point!r}: {v!r} is not an integer") from None
 
 
 Handler = Callable[[argparse.Namespace], int]

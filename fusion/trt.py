@@ -169,7 +169,8 @@ def build_engine(
     dim names to ranges, or a list of them).  ``plugins``: libraries loaded before parsing.
     ``precision``: "fp32" (TF32 off: fp32 means fp32), "tf32" or "fp16".  ``tactic_sources``:
     None keeps TensorRT's defaults; [] or 0 allows none (no cuBLAS/cuDNN tactics); else names
-    of ``trt.TacticSource`` members.  ``timing_cache``: a file read before and written after
+    of ``trt.TacticSource`` members (cublas, cublas_lt, cudnn, ...: see :func:`tactic_source_names`),
+    whose libraries are checked to load first (:func:`check_tactic_libraries`).  ``timing_cache``: a file read before and written after
     the build (speeds up building many similar engines).  ``out``: also write the engine there.
     """
     if precision not in PRECISIONS:
@@ -197,6 +198,7 @@ def build_engine(
     profiles = derive_profiles(inputs, shapes)
     config = builder.create_builder_config()
     _configure(trt, config, precision, tactic_sources, workspace_mb)
+    check_tactic_libraries(trt, _names(tactic_sources))
     for prof in profiles:
         config.add_optimization_profile(_trt_profile(builder, network, prof))
     cache = _timing_cache(config, timing_cache)
@@ -205,7 +207,8 @@ def build_engine(
     if serialized is None:
         # The last error is a generic "Assertion engine != nullptr"; the first says which node and why.
         errors = [e for e in logger.errors() if "engine != nullptr" not in e] or logger.errors()
-        raise EngineBuildError("TensorRT could not build the engine" + (f": {errors[0]}" if errors else ""))
+        raise EngineBuildError("TensorRT could not build the engine" + (f": {errors[0]}" if errors else "")
+                               + library_hint(logger.errors(), _names(tactic_sources)))
     engine_bytes = bytes(serialized)
     if cache is not None and timing_cache:
         with open(timing_cache, "wb") as f:
@@ -226,6 +229,14 @@ def build_engine(
         built.path = os.fspath(out)
     log.info("built engine: %d layers, %d plugin layers, %.1fs", built.network_layers, len(plugin_layers), built.build_s)
     return built
+
+
+def _names(sources: Any) -> list[str] | None:
+    if sources is None or isinstance(sources, int):
+        return None
+    if isinstance(sources, str):
+        return [s.strip().lower() for s in sources.split(",") if s.strip() and s.strip().lower() != "none"]
+    return [str(s).lower() for s in sources]
 
 
 def _write(path: str | os.PathLike, data: bytes) -> None:
@@ -274,18 +285,116 @@ def _configure(trt, config, precision: str, tactic_sources, workspace_mb: int | 
             config.max_workspace_size = workspace_mb << 20
 
 
+def tactic_source_names(trt) -> list[str]:
+    """The tactic sources the installed TensorRT knows, lower case (cublas, cublas_lt, cudnn, ...)."""
+    members = getattr(trt.TacticSource, "__members__", None)
+    names = list(members) if members else [k for k in dir(trt.TacticSource) if k.isupper()]
+    return [n.lower() for n in names]
+
+
 def tactic_mask(trt, sources: Sequence[str] | int) -> int:
     """[] / 0 -> 0 (no tactic sources); names of trt.TacticSource members -> their bit mask."""
     if isinstance(sources, int):
         return sources
+    if isinstance(sources, str):
+        sources = [s for s in sources.split(",") if s.strip()] if sources.strip().lower() != "none" else []
     mask = 0
     for s in sources:
-        member = getattr(trt.TacticSource, str(s).upper(), None)
-        if member is None:
-            known = [k for k in dir(trt.TacticSource) if k.isupper()]
-            raise EngineBuildError(f"unknown tactic source {s!r} (TensorRT {trt.__version__} has {', '.join(known)})")
+        name = str(s).strip()
+        member = getattr(trt.TacticSource, name.upper(), None)
+        if member is None or name.startswith("_"):
+            known = ", ".join(tactic_source_names(trt))
+            raise EngineBuildError(f"unknown tactic source {name!r}: TensorRT {trt.__version__} has {known} (or none)")
         mask |= 1 << int(member)
     return mask
+
+
+# Tactic sources that call into a library TensorRT loads at build time: the sonames to try
+# (by TensorRT major version), and symbols every real build of the library exports.  A stub
+# (the TensorRT 8.5 bundle's libcudnn.so.8 exports only what libnvinfer_plugin links) lacks them.
+_TACTIC_LIBRARIES: dict[str, tuple[str, dict[int, tuple[str, ...]], tuple[str, ...]]] = {
+    "cublas": ("cuBLAS", {8: ("libcublas.so.11", "libcublas.so.12"), 10: ("libcublas.so.12", "libcublas.so.13")},
+               ("cublasGetProperty", "cublasGetCudartVersion")),
+    "cublas_lt": ("cuBLASLt", {8: ("libcublasLt.so.11", "libcublasLt.so.12"),
+                               10: ("libcublasLt.so.12", "libcublasLt.so.13")},
+                  ("cublasLtGetVersion", "cublasLtGetCudartVersion")),
+    "cudnn": ("cuDNN", {8: ("libcudnn.so.8",), 10: ("libcudnn.so.9", "libcudnn.so.8")},
+              ("cudnnGetVersion", "cudnnGetCudartVersion")),
+}  # fmt: skip
+
+
+def check_tactic_libraries(trt, sources: Sequence[str] | None) -> None:
+    """EngineBuildError naming the library when a requested tactic source's library cannot be
+    loaded here or is a stub (checked with ctypes, before a build that would fail on it later)."""
+    if not sources or isinstance(sources, int):
+        return
+    names = [str(s).strip().lower() for s in sources]
+    tactic_mask(trt, names)  # unknown names first
+    for name in names:
+        if name not in _TACTIC_LIBRARIES:
+            continue
+        problem = _library_problem(name, _major(trt))
+        if problem:
+            rest = [n for n in names if n != name]
+            hint = f"--tactic-sources {','.join(rest)}" if rest else "--tactic-sources none"
+            raise EngineBuildError(f"tactic source {name} needs {problem}: install it or leave {name} out ({hint})")
+
+
+def _library_problem(source: str, major: int) -> str | None:
+    """None when one of the source's libraries loads and exports its marker symbols; else why not."""
+    label, by_major, markers = _TACTIC_LIBRARIES[source]
+    sonames = by_major[10 if major >= 10 else 8]
+    why = []
+    for soname in sonames:
+        try:
+            lib = ctypes.CDLL(soname)
+        except OSError as e:
+            why.append(f"{soname}: {_short_dlerror(e, soname)}")
+            continue
+        missing = [m for m in markers if not hasattr(lib, m)]
+        if not missing:
+            return None
+        why.append(f"{soname} ({_where(lib, missing, markers)}) is a stub: it lacks {missing[0]}")
+    return f"{label}, which cannot be loaded: " + "; ".join(why)
+
+
+def _short_dlerror(e: OSError, soname: str) -> str:
+    text = str(e)
+    return "not found" if "cannot open shared object file" in text or not text else text.replace(f"{soname}: ", "")
+
+
+def _where(lib, missing: Sequence[str], markers: Sequence[str]) -> str:
+    """The file a loaded library came from (dladdr on one of its symbols), or its name."""
+    try:
+        class DlInfo(ctypes.Structure):
+            _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
+                        ("saddr", ctypes.c_void_p)]  # fmt: skip
+
+        present = [m for m in markers if m not in missing]
+        sym = getattr(lib, present[0]) if present else None
+        if sym is not None:
+            info = DlInfo()
+            libc = ctypes.CDLL(None)
+            if libc.dladdr(ctypes.cast(sym, ctypes.c_void_p), ctypes.byref(info)) and info.fname:
+                return info.fname.decode(errors="replace")
+    except Exception:  # noqa: BLE001 - only for the message
+        pass
+    return getattr(lib, "_name", "?")
+
+
+_LIBRARY_WORDS = (("cublaslt", "cublas_lt", "cuBLASLt"), ("cublas_lt", "cublas_lt", "cuBLASLt"),
+                  ("cublas", "cublas", "cuBLAS"), ("cudnn", "cudnn", "cuDNN"))  # fmt: skip
+
+
+def library_hint(messages: Sequence[str], sources: Sequence[str] | None) -> str:
+    """When TensorRT's errors name a tactic library: which, and how to build without it."""
+    text = " ".join(messages).lower()
+    for word, source, label in _LIBRARY_WORDS:
+        if word in text:
+            rest = [s for s in (sources if sources is not None else ("cublas", "cublas_lt", "cudnn")) if s != source]
+            return (f" ({label} failed: the tactic source {source} needs a working {label} library; "
+                    f"build without it: --tactic-sources {','.join(rest) or 'none'})")  # fmt: skip
+    return ""
 
 
 def _trt_profile(builder, network, prof: ProfileShapes):
