@@ -222,6 +222,42 @@ def write_spec_header(path: Path | None = None) -> Path:
     return path
 
 
+_README_BEGIN = "<!-- BEGIN GENERATED: trt8 -->"
+_README_END = "<!-- END GENERATED: trt8 -->"
+_ARRIVES = {FieldType.INT: "kINT32 ×1", FieldType.FLOAT: "kFLOAT32 ×1", FieldType.STRING: "kCHAR × its length",
+            FieldType.INTS: "kINT32 × n", FieldType.FLOATS: "kFLOAT32 × n"}  # fmt: skip
+
+
+def render_trt8_table(specs: Sequence[PluginSpec] | None = None) -> str:
+    """plugin_src/README.md's table of the TRT8 creators, from the specs."""
+    rows = ["| creator (`IPluginCreator`) | version | namespace | inputs (ITensors) | fields: ONNX attribute → PluginField |",
+            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for s in fusion_specs() if specs is None else specs:
+        ins = ", ".join(f"`{p.name}`" + (" (optional)" if p.optional else "") for p in s.inputs)
+        fields = "<br>".join(
+            f"`{f.name}` {f.type.onnx_name} → {_ARRIVES.get(f.type, f.type.trt_name)}"
+            + (", required" if f.required else f", default {f.default}")
+            for f in s.fields
+        )
+        rows.append(f"| `{s.op_type}` | {s.version} | `{s.namespace}` | {ins} | {fields} |")
+    note = ("\nEvery tensor (X and the outputs) fp32 or fp16, linear (`supportsFormatCombination`; TensorRT 8 has "
+            "no bf16), inputs after X of X's type.  Plugin state serializes as the same fields.")  # fmt: skip
+    return "\n".join(rows) + "\n" + note
+
+
+def _readme_with_table(text: str) -> str:
+    a, b = text.index(_README_BEGIN) + len(_README_BEGIN), text.index(_README_END)
+    return text[:a] + "\n<!-- generated from fusion/specs.py: python -m fusion.plugin_lib readme -->\n" + \
+        render_trt8_table() + "\n" + text[b:]  # fmt: skip
+
+
+def write_readme_table(path: Path | None = None) -> Path:
+    """Rewrite the TRT8 table in plugin_src/README.md."""
+    path = path or plugin_src_dir() / "README.md"
+    path.write_text(_readme_with_table(path.read_text()))
+    return path
+
+
 # --------------------------------------------------------------------------- toolchain
 
 
@@ -847,6 +883,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fusion.plugin_lib")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("header", help="rewrite plugin_src/generated/plugin_specs.h")
+    sub.add_parser("readme", help="rewrite the TRT8 creator table in plugin_src/README.md")
     b = sub.add_parser("build")
     b.add_argument("-o", "--out", type=Path)
     b.add_argument("--arch", action="append")
@@ -860,6 +897,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "header":
             LOG.info("wrote %s", write_spec_header())
+        elif args.cmd == "readme":
+            LOG.info("wrote %s", write_readme_table())
         elif args.cmd == "build":
             LOG.info("%s", build_library(args.out, tuple(args.arch or ("sm_90",)), with_harness=args.harness,
                                          trt=args.trt, tensorrt_include=args.tensorrt_include))  # fmt: skip

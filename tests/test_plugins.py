@@ -375,3 +375,10 @@ def test_flavour_sources_are_disjoint_glue():
     assert v2 - v3 == {"trt8/PluginV2.cpp", "trt8/entry8.cpp"}
     # the kernels, launchers and cores are shared
     assert {"common/normCore.cpp", "fc/fcCore.cpp", "common/normLaunch.cu", "fc/FcGemm.cpp"} <= v3 & v2
+
+
+def test_trt8_readme_table_is_current():
+    text = (pl.plugin_src_dir() / "README.md").read_text()
+    assert pl._readme_with_table(text) == text, "run: python -m fusion.plugin_lib readme"
+    for spec in fusion_specs():
+        assert f"| `{spec.op_type}` | {spec.version} | `{spec.namespace}` |" in text
