@@ -211,7 +211,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_plugins_build(args: argparse.Namespace) -> int:
     from . import plugin_lib
 
-    lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"])
+    lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"],
+                                   trt=args.trt, tensorrt_include=args.tensorrt_include)  # fmt: skip
     print(lib)
     return 0
 
@@ -337,8 +338,12 @@ def make_parser() -> argparse.ArgumentParser:
     b = psub.add_parser("build", help="compile plugin_src into one shared library")
     b.add_argument("-o", "--output", help="output directory (default: plugin_build)")
     b.add_argument("--arch", nargs="+", help="GPU architectures (default: sm_90)")
+    b.add_argument("--trt", type=int, choices=(10, 8), default=10,
+                   help="10: IPluginV3 libfusion_plugins.so (default); 8: IPluginV2DynamicExt libfusion_plugins_trt8.so")
+    b.add_argument("--tensorrt-include", metavar="DIR",
+                   help="headers of the TensorRT to build for (else $TENSORRT_INCLUDE; --trt 8 without: our own)")
     b.set_defaults(func=cmd_plugins_build)
-    c = psub.add_parser("check", help="compare the library's creators with the plugin specs (no GPU needed)")
+    c = psub.add_parser("check", help="compare a library's creators with the plugin specs (either flavour, no GPU needed)")
     c.add_argument("library")
     c.set_defaults(func=cmd_plugins_check)
 
