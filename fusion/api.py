@@ -10,7 +10,7 @@ from typing import Sequence, Union
 import onnx
 import onnx_graphsurgeon as gs
 
-from . import model_io, passes, specs
+from . import defaults, model_io, passes, specs
 from .passes import PassResult
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def run(
     inplace: bool = False,
 ) -> PassResult:
     """Fuse and return the full result (model, fusions, near-misses, warnings)."""
-    rules = passes.rules_for(pass_names)
+    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
     if isinstance(model, gs.Graph):
         proto = gs.export_onnx(model)
         result = passes.run(proto, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run)
@@ -107,7 +107,7 @@ def fuse_file(
 
     ``dst`` may be ``src``: the output is written to a temporary file and renamed over it.
     """
-    rules = passes.rules_for(pass_names)
+    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
     loaded = model_io.load(src)
     result = passes.run(
         loaded.proto,

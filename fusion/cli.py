@@ -97,6 +97,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.trt:
         kwargs = _engine_options(args)
         kwargs["profiles"] = _profiles(args.profile)
+        kwargs["latency"] = not args.no_latency
     rep = verify(
         args.original,
         args.fused,
@@ -272,6 +273,8 @@ def make_parser() -> argparse.ArgumentParser:
         "more profiles; inputs default to each profile's min/opt/max (default profile: spans the verify shapes)",
     )
     _add_engine_args(g)
+    g.add_argument("--no-latency", action="store_true",
+                   help="skip building the original's engine and timing both engines (fused/unfused speed-up per shape)")
     _add_verify_args(p)
     _add_output_args(p)
     p.set_defaults(func=cmd_verify)

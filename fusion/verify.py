@@ -54,6 +54,7 @@ class VerifyReport:
     shapes: list[dict[str, list[int]]]
     checks: list[OutputCheck] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    latency: Any = None  # trt backend: a fusion.trt_timing.LatencyReport (original vs fused engine)
 
     @property
     def passed(self) -> bool:
@@ -71,6 +72,7 @@ class VerifyReport:
             "shapes": self.shapes,
             "checks": [asdict(c) for c in self.checks],
             "skipped": self.skipped,
+            "latency": self.latency.to_dict() if self.latency is not None else None,
         }
 
     def table(self) -> str:
@@ -85,6 +87,8 @@ class VerifyReport:
             rows.append(f"shape {i}: " + ", ".join(f"{k}={v}" for k, v in s.items()))
         rows.extend(f"skipped: {s}" for s in self.skipped)
         rows.append(f"{'PASSED' if self.passed else 'FAILED'} ({self.backend})")
+        if self.latency is not None:
+            rows.append(self.latency.table())
         return "\n".join(rows)
 
     def __str__(self) -> str:
@@ -109,6 +113,7 @@ def verify(
     ``shapes`` is a list of shape points, each mapping a dim name (``batch``) or an input
     name (``input_ids``) to a value or full shape; by default every dynamic dim takes
     1, 3 and 8 in turn.  ``atol``/``rtol``: one value, or per output name; defaults by type.
+    ``backend="trt"`` also builds the original's engine and times both (``latency=False``: not).
     """
     orig = _Model(original)
     fuse = _Model(fused)
@@ -118,6 +123,9 @@ def verify(
         runner = fuse.ort_runner("fused")
     elif backend == "trt":
         from .trt_run import setup_verify  # noqa: PLC0415 - TensorRT is optional
+
+        latency = backend_options.pop("latency", True)
+        latency_repeats = backend_options.pop("latency_repeats", None)
 
         # Builds the engine; inputs default to the min/opt/max shapes of its profiles.
         runner, inputs, atol, rtol = setup_verify(
@@ -143,6 +151,11 @@ def verify(
     if not ok_feeds:
         raise VerifyError("the original model runs on none of the input shapes; pass inputs= or shapes=")
     _compare(orig, runners, ok_feeds, atol, rtol, report)
+    if backend == "trt" and latency:
+        from .trt_timing import verify_latency  # noqa: PLC0415
+
+        opts = dict(backend_options, **({"latency_repeats": latency_repeats} if latency_repeats else {}))
+        report.latency = verify_latency(orig.source, runner.built, [f for _, f in ok_feeds], opts)
     return report
 
 
