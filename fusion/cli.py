@@ -32,7 +32,7 @@ TARGETS = ("plugin", "trt", "onnx")
 
 def _add_fusion_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fusion")
-    g.add_argument("--passes", help="comma-separated passes (default: all; see `list`)")
+    g.add_argument("--passes", help="comma-separated passes (default: all but those the target leaves out: gemm for trt; see `list`)")
     g.add_argument("--target", choices=TARGETS, default="plugin", help="what fused nodes become (default: plugin)")
     g.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies to custom ops")
     g.add_argument("--no-validate", action="store_true", help="skip onnx.checker (full) on the output")
@@ -61,6 +61,10 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
 def cmd_fuse(args: argparse.Namespace) -> int:
     from . import api, report
 
+    if args.tune:  # build and time engines: keep what makes them faster (fusion/tuning.py)
+        from .tuning import run_cli
+
+        return run_cli(args)
     passes = _split(args.passes) if args.passes else None
     if args.dry_run:
         result = api.inspect(args.model, passes, target=args.target)
@@ -257,6 +261,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", help="also write an HTML report of every fusion to this path")
     _add_fusion_args(p)
     _add_output_args(p)
+    from .tuning import add_cli_args  # noqa: PLC0415
+
+    add_cli_args(p)
     p.set_defaults(func=cmd_fuse)
 
     p = sub.add_parser("verify", help="compare a fused model with the original")
