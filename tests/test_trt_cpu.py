@@ -514,3 +514,52 @@ def test_trt_verify_without_tensorrt_checks_onnxruntime(no_trt, tmp_path):
     # 32 wide: below what TensorRT's LayerNorm plugin computes exactly, so the trt target leaves it.
     assert rows[0]["fused_nodes"] == 0 and rows[0]["ort_passed"] is True and rows[0]["built"] is None
     assert "nothing fused for target onnx at opset 13" in rows[1]["note"]
+
+
+# -- engine latency in verify --------------------------------------------------------------------
+
+
+def test_verify_trt_adds_engine_latency(ort_as_trt, tmp_path, monkeypatch):
+    from fusion import trt_timing
+    from fusion.trt_timing import LatencyReport, LatencyRow, Timing
+    from fusion.verify import verify
+
+    path = _gather_model(tmp_path)
+    monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
+    seen = {}
+
+    def fake_latency(source, fused_built, feeds, options):
+        seen.update(source=source, feeds=len(feeds), options=options, profiles=len(fused_built.profiles))
+        t = Timing(2.0, 1.9, 2.1, 1.9, 2.2, 10, 15, "execute_async_v2")
+        return LatencyReport([LatencyRow("min", {"ids": [1, 1]}, Timing(3.0, 2.9, 3.1, 2.9, 3.2, 10, 15, "v2"), t)])
+
+    monkeypatch.setattr(trt_timing, "verify_latency", fake_latency)
+    rep = verify(path, path, backend="trt", profiles={"batch": (1, 2, 4), "seq": (1, 4, 8)}, tactic_sources=[])
+    assert rep.passed and seen["options"]["tactic_sources"] == [] and "latency" not in seen["options"]
+    assert (seen["source"], seen["feeds"], seen["profiles"]) == (str(path), 3, 1)
+    assert "1.500x faster" in rep.table() and rep.to_dict()["latency"]["rows"][0]["speedup"] == 1.5
+    rep = verify(path, path, backend="trt", profiles={"batch": (1, 2, 4), "seq": (1, 4, 8)}, latency=False)
+    assert rep.latency is None and rep.to_dict()["latency"] is None
+
+
+def test_verify_trt_latency_that_cannot_run_is_reported(ort_as_trt, tmp_path, monkeypatch):
+    """The stand-in engine cannot be timed: verify passes, the latency says why, and the
+    original's engine is not built for nothing."""
+    from fusion.verify import verify
+
+    path = _gather_model(tmp_path)
+    monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
+    rep = verify(path, path, backend="trt", profiles={"batch": (1, 2), "seq": (1, 2)})
+    assert rep.passed and rep.latency.rows == [] and rep.latency.error
+    assert "engine latency: not measured" in rep.table()
+    assert len(ort_as_trt.calls["profiles"]) == 1
+
+
+def test_cli_verify_no_latency(ort_as_trt, tmp_path, monkeypatch, capsys):
+    from fusion import trt_timing
+
+    path = _gather_model(tmp_path)
+    monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
+    monkeypatch.setattr(trt_timing, "verify_latency", lambda *a: pytest.fail("timed despite --no-latency"))
+    assert cli.main(["verify", str(path), str(path), "--trt", "--profile", "batch=1,2", "seq=1,2", "--no-latency"]) == 0
+    assert "engine latency" not in capsys.readouterr().out
