@@ -417,7 +417,9 @@ def shape_labels(profiles: Sequence[Any], feeds: Sequence[Mapping[str, np.ndarra
         key = feed_key(feed, shape_tensors)
         label = f"shape {i}"
         for k, p in enumerate(profiles):
-            hit = next((w for w in PROFILE_POINTS if all(key.get(n) == s for n, s in p.point(w).items())), None)
+            # opt first: a fixed-shape profile (min = opt = max) is labelled by what TensorRT tuned for
+            points = ("opt", *(w for w in PROFILE_POINTS if w != "opt"))
+            hit = next((w for w in points if all(key.get(n) == s for n, s in p.point(w).items())), None)
             if hit:
                 label = hit if len(profiles) == 1 else f"p{k} {hit}"
                 break

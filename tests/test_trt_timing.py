@@ -233,7 +233,7 @@ def test_summary_statistics_and_spread():
 def test_shape_labels():
     b = built("A")
     assert trt_timing.shape_labels(b.profiles, [feed(1), feed(2), feed(4), feed(5)]) == [
-        "p0 min", "p0 max", "p1 opt", "shape 3"]  # fmt: skip
+        "p0 opt", "p0 max", "p1 opt", "shape 3"]  # fmt: skip
 
 
 def test_latency_report_text_dict_html():
@@ -266,7 +266,7 @@ def test_verify_latency_builds_the_original_like_the_fused_engine(fake_gpu, tmp_
     rep = trt_timing.verify_latency(str(_relu_model(tmp_path, "A")), fused, [feed(1), feed(4)],
                                     {"tactic_sources": [], "profiles": "ignored", "latency_repeats": 3})  # fmt: skip
     assert not rep.error, rep.error
-    assert [r.label for r in rep.rows] == ["p0 min", "p1 opt"]
+    assert [r.label for r in rep.rows] == ["p0 opt", "p1 opt"]
     assert [round(r.speedup, 1) for r in rep.rows] == [2.0, 2.0]
     assert len(trt.calls["profiles"]) == 2 and trt.calls["tactics"] == 0  # same profiles and tactic sources
     assert rep.rows[0].fused.repeats == 3
