@@ -597,3 +597,12 @@ def test_trt_engines_bench_arguments_and_rows(tmp_path):
         ("bert", "unfused", False), ("bert", "trt_ln", True), ("vit", "unfused", True)]  # fmt: skip
     text = te.table(data["rows"])
     assert "bert   unfused" in text and "1.000x" in text and "error: RuntimeError: boom" in text
+
+
+def test_build_engine_from_serialized_bytes(fake_trt, tmp_path):
+    """A model given as bytes (what bench/trt_engines.py and tuning pass) builds: onnx's
+    load_from_string takes no load_external_data keyword (seen on the H100, onnx 1.1x and 1.23)."""
+    fake_trt()
+    data = _ln_model(tmp_path).read_bytes()
+    built = fusion.build_engine(data, shapes={"batch": (1, 2), "seq": (1, 8)})
+    assert built.engine == b"ENGINE:ln_0,relu_0" and [i.name for i in built.inputs] == ["x"]
