@@ -279,3 +279,16 @@ def test_verify_latency_reports_instead_of_raising(fake_gpu, tmp_path):
     rep = trt_timing.verify_latency(str(_relu_model(tmp_path, "A")), fused, [{"x": np.zeros((9, D), np.float32)}], {})
     assert "outside every optimization profile" in rep.error and not rep.rows
     assert trt.calls["profiles"] == []  # the fused engine could not be timed: no second build
+
+
+def test_html_report_shows_the_latency_section():
+    from fusion.html_report import _verify_section
+    from fusion.verify import OutputCheck, VerifyReport
+
+    t = Timing(4.0, 3.9, 4.1, 3.9, 4.2, 5, 15, "execute_async_v2")
+    check = VerifyReport("trt", [{"x": [4, 16]}], [OutputCheck(0, "y", "float", [4, 16], 0, 0, 0, 1e-4, 1e-3, True)])
+    assert 'id="latency"' not in _verify_section(check, "")
+    check.latency = LatencyReport([LatencyRow("opt", {"x": [4, 16]}, Timing(5.0, 4.9, 5.1, 4.9, 5.2, 5, 15, "v2"), t)],
+                                  build_s={"unfused": 1.0, "fused": 2.0}, method="median of 15")  # fmt: skip
+    html = _verify_section(check, "")
+    assert '<section id="latency"><h2>Engine latency</h2>' in html and '<td class="ok">1.250×</td>' in html
