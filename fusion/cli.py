@@ -34,7 +34,7 @@ TARGETS = ("plugin", "trt", "onnx")
 
 def _add_fusion_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fusion")
-    g.add_argument("--passes", help="comma-separated passes (default: all; see `list`)")
+    g.add_argument("--passes", help="comma-separated passes (default: all but those the target leaves out: gemm for trt; see `list`)")
     g.add_argument("--target", choices=TARGETS, default="plugin", help="what fused nodes become (default: plugin)")
     g.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies to custom ops")
     g.add_argument("--no-validate", action="store_true", help="skip onnx.checker (full) on the output")
@@ -69,6 +69,10 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
 def cmd_fuse(args: argparse.Namespace) -> int:
     from . import api, report
 
+    if args.tune:  # build and time engines: keep what makes them faster (fusion/tuning.py)
+        from .tuning import run_cli
+
+        return run_cli(args)
     passes = _split(args.passes) if args.passes else None
     if args.report:  # before anything is written: a bad report path must not cost the model
         from .html_report import check_report_path  # noqa: PLC0415
@@ -126,6 +130,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.trt:
         kwargs = _engine_options(args)
         kwargs["profiles"] = _profiles(args.profile)
+        kwargs["latency"] = not args.no_latency
     rep = verify(
         args.original,
         args.fused,
@@ -304,6 +309,9 @@ def make_parser() -> argparse.ArgumentParser:
     )
     _add_fusion_args(p)
     _add_output_args(p)
+    from .tuning import add_cli_args  # noqa: PLC0415
+
+    add_cli_args(p)
     p.set_defaults(func=cmd_fuse)
 
     p = sub.add_parser("verify", help="compare a fused model with the original")
@@ -320,6 +328,8 @@ def make_parser() -> argparse.ArgumentParser:
         "more profiles; inputs default to each profile's min/opt/max (default profile: spans the verify shapes)",
     )
     _add_engine_args(g)
+    g.add_argument("--no-latency", action="store_true",
+                   help="skip building the original's engine and timing both engines (fused/unfused speed-up per shape)")
     _add_verify_args(p)
     _add_output_args(p)
     p.set_defaults(func=cmd_verify)
