@@ -10,7 +10,7 @@ from typing import Sequence, Union
 import onnx
 import onnx_graphsurgeon as gs
 
-from . import model_io, passes, specs
+from . import defaults, model_io, passes, specs
 from .passes import PassResult
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def run(
     assume_constant_initializers: bool = False,
 ) -> PassResult:
     """Fuse and return the full result (model, fusions, near-misses, warnings)."""
-    rules = passes.rules_for(pass_names)
+    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
     frozen = assume_constant_initializers
     if isinstance(model, gs.Graph):
         proto = gs.export_onnx(model)
@@ -132,7 +132,7 @@ def fuse_file(
 
     ``dst`` may be ``src``: the output is written to a temporary file and renamed over it.
     """
-    rules = passes.rules_for(pass_names)
+    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
     loaded = model_io.load(src)
     result = passes.run(
         loaded.proto,

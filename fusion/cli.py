@@ -46,6 +46,10 @@ _add_output_args = options.add_output_args
 def cmd_fuse(args: argparse.Namespace) -> int:
     from . import api, report
 
+    if args.tune:  # build and time engines: keep what makes them faster (fusion/tuning.py)
+        from .tuning import run_cli
+
+        return run_cli(args)
     passes = options.passes(args)
     if args.report:  # before anything is written: a bad report path must not cost the model
         from .html_report import check_report_path  # noqa: PLC0415
@@ -103,6 +107,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.trt:
         kwargs = options.engine_options(args)
         kwargs["profiles"] = options.profiles(args)
+        kwargs["latency"] = not args.no_latency
     rep = verify(
         args.original,
         args.fused,
@@ -176,7 +181,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_plugins_build(args: argparse.Namespace) -> int:
     from . import plugin_lib
 
-    lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"])
+    lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"],
+                                   trt=args.trt, tensorrt_include=args.tensorrt_include)  # fmt: skip
     print(lib)
     return 0
 
@@ -268,6 +274,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", help="also write an HTML report of every fusion to this path")
     _add_fusion_args(p)
     _add_output_args(p)
+    from .tuning import add_cli_args  # noqa: PLC0415
+
+    add_cli_args(p)
     p.set_defaults(func=cmd_fuse)
 
     p = sub.add_parser("verify", help="compare a fused model with the original")
@@ -278,6 +287,7 @@ def make_parser() -> argparse.ArgumentParser:
     options.add_profile_args(g, help_suffix="; inputs default to each profile's min/opt/max (default profile: spans "
                              "the verify shapes)")  # fmt: skip
     options.add_engine_args(g)
+    options.add_latency_arg(g, "skip building the original's engine and timing both engines (fused/unfused speed-up per shape)")
     g = p.add_argument_group("verification")
     options.add_shape_args(g)
     options.add_tolerance_args(g)
@@ -299,8 +309,12 @@ def make_parser() -> argparse.ArgumentParser:
     b = psub.add_parser("build", help="compile plugin_src into one shared library")
     b.add_argument("-o", "--output", help="output directory (default: plugin_build)")
     b.add_argument("--arch", nargs="+", help="GPU architectures (default: sm_90)")
+    b.add_argument("--trt", type=int, choices=(10, 8), default=10,
+                   help="10: IPluginV3 libfusion_plugins.so (default); 8: IPluginV2DynamicExt libfusion_plugins_trt8.so")
+    b.add_argument("--tensorrt-include", metavar="DIR",
+                   help="headers of the TensorRT to build for (else $TENSORRT_INCLUDE; --trt 8 without: our own)")
     b.set_defaults(func=cmd_plugins_build)
-    c = psub.add_parser("check", help="compare the library's creators with the plugin specs (no GPU needed)")
+    c = psub.add_parser("check", help="compare a library's creators with the plugin specs (either flavour, no GPU needed)")
     c.add_argument("library")
     c.set_defaults(func=cmd_plugins_check)
 
@@ -338,7 +352,7 @@ def _add_deploy_args(p: argparse.ArgumentParser) -> None:
     options.add_profile_args(g, help_suffix=" (required where the model has dynamic inputs)")
     options.add_engine_args(g)
     g.add_argument("--tune", action="store_true", help="keep only the fusions that make the engine faster (fusion.tune)")
-    g.add_argument("--no-latency", action="store_true", help="skip the unfused engine and the timing")
+    options.add_latency_arg(g, "skip building the unfused engine and timing both")
     g = p.add_argument_group("verification (at each profile's min, opt and max)")
     options.add_tolerance_args(g)
     _add_output_args(p)

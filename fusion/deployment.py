@@ -89,7 +89,6 @@ class DeployResult:
             "near_misses": len(self.fusion.near_misses),
             "engine": self.engine.summary(),
             "verify": self.check.to_dict(),
-            "latency": self.latency.to_dict() if self.latency is not None else None,
             "tuning": self.tuning.to_dict() if self.tuning is not None and hasattr(self.tuning, "to_dict") else None,
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
         }
@@ -101,10 +100,8 @@ class DeployResult:
             f"fused: {counts}",
             f"engine: TensorRT {info['trt_version']}, {info['precision']}, {len(info['plugin_layers'])} plugin layers, "
             f"built in {info['build_s']:.1f}s",
-            self.check.table(),
+            self.check.table(),  # (with the latency table)
         ]
-        if self.latency is not None:
-            lines.append(self.latency.table())
         lines += [f"{role}: {path}" for role, path in self.files.items()]
         lines.append(f"{'PASSED' if self.passed else 'FAILED'}: deploy took {sum(self.seconds.values()):.1f}s")
         return "\n".join(lines)
@@ -175,6 +172,7 @@ def deploy(
         if latency:
             say("building the unfused engine and timing both (this can take minutes)", "latency")
             lat = measure_latency(src, built, _feeds(src, built, seed), engine_opts)
+            check.latency = lat  # the report's and the summary's latency table
             say("timed: " + _latency_line(lat))
         if not timing_cache:
             _remove(cache)
@@ -184,7 +182,7 @@ def deploy(
         from .html_report import write_report
 
         write_report(src, fused_path, fusion_result, os.path.join(tmp, names.report), check=check,
-                     sections=[engine_section(built), latency_section(lat)])  # fmt: skip
+                     sections=[engine_section(built)] + ([] if latency else [latency_section(None)]))  # fmt: skip
         result.seconds = say.total()
         with open(os.path.join(tmp, names.summary), "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=2, default=str)
@@ -209,12 +207,16 @@ def verify_engine(original: Path, fused_path: str, built: Any, opts: Mapping[str
     """The fused engine against the original on onnxruntime, at the profiles' min/opt/max."""
     from .verify import verify
 
-    return verify(original, fused_path, backend="trt", engine=built, **_build_opts(opts), **kw)
+    return verify(original, fused_path, backend="trt", engine=built, latency=False, **_build_opts(opts), **kw)
 
 
 def measure_latency(original: Path, built: Any, feeds: Sequence[Mapping[str, np.ndarray]], opts: Mapping[str, Any]):
-    """Build the original's engine like the fused one and time both at ``feeds``."""
-    return _time_pair(original, built, feeds, _build_opts(opts))
+    """Build the original's engine like the fused one and time both at ``feeds`` (what
+    ``verify --trt`` does: :func:`fusion.trt_timing.verify_latency`; a failure is reported in
+    the result, not raised)."""
+    from .trt_timing import verify_latency
+
+    return verify_latency(os.fspath(original), built, feeds, _build_opts(opts))
 
 
 def _build_opts(opts: Mapping[str, Any]) -> dict[str, Any]:
@@ -340,85 +342,7 @@ class _Clock:
         return dict(self.steps)
 
 
-# -- latency: until fusion.trt_timing (engine timing shared with verify and tune) lands --------
-
-
-@dataclass
-class LatencyRow:
-    label: str
-    shapes: dict[str, list[int]]
-    unfused_ms: float
-    fused_ms: float
-
-    @property
-    def speedup(self) -> float:
-        return self.unfused_ms / self.fused_ms if self.fused_ms > 0 else float("nan")
-
-
-@dataclass
-class Latency:
-    rows: list[LatencyRow] = field(default_factory=list)
-    build_s: dict[str, float] = field(default_factory=dict)
-    error: str = ""
-    method: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": [dict(label=r.label, shapes=r.shapes, unfused_ms=r.unfused_ms, fused_ms=r.fused_ms,
-                              speedup=round(r.speedup, 4)) for r in self.rows],
-                "build_s": {k: round(v, 2) for k, v in self.build_s.items()}, "error": self.error,
-                "method": self.method}  # fmt: skip
-
-    def table(self) -> str:
-        if not self.rows:
-            return f"engine latency: not measured ({self.error or 'no shapes'})"
-        lines = [f"{'shape':<10} {'unfused ms':>11} {'fused ms':>10}  speed-up"]
-        lines += [f"{r.label:<10} {r.unfused_ms:>11.4g} {r.fused_ms:>10.4g}  {r.speedup:.3f}x" for r in self.rows]
-        return "\n".join(lines)
-
-    def html(self) -> str:
-        from html import escape as e
-
-        head = '<section id="latency"><h2>Engine latency</h2>'
-        if not self.rows:
-            return head + f'<p class="muted">Not measured: {e(self.error or "no shapes")}.</p></section>'
-        rows = "".join(
-            f"<tr><td>{e(r.label)}</td><td>{e(', '.join(f'{k}={v}' for k, v in r.shapes.items()))}</td>"
-            f"<td>{r.unfused_ms:.4g}</td><td>{r.fused_ms:.4g}</td>"
-            f'<td class="{"ok" if r.speedup >= 1 else "fail"}">{r.speedup:.3f}×</td></tr>'
-            for r in self.rows
-        )
-        return (head + f'<p>{e(self.method)}.</p><table class="grid"><tr><th>shape</th><th>inputs</th>'
-                f"<th>unfused ms</th><th>fused ms</th><th>speed-up</th></tr>{rows}</table></section>")  # fmt: skip
-
-
-def _time_pair(original: Path, built: Any, feeds, opts: Mapping[str, Any]) -> Latency:
-    from .trt import build_engine
-    from .trt_run import time_engine
-
-    try:
-        unfused = build_engine(original, shapes=[p.ranges for p in built.profiles] or None, **opts)
-        rows = []
-        for k, feed in enumerate(feeds):
-            a, b = time_engine(unfused, feed), time_engine(built, feed)
-            rows.append(LatencyRow(_label(built, feed, k), {n: list(np.shape(v)) for n, v in feed.items()}, a["ms"], b["ms"]))
-        return Latency(rows, {"unfused": unfused.build_s, "fused": built.build_s}, method=time_engine.__doc__.split("\n")[0])
-    except FusionError:
-        raise
-    except Exception as e:  # noqa: BLE001 - latency adds to the accuracy check; it does not replace it
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        log.warning("engine latency not measured: %s", first)
-        return Latency(error=f"{type(e).__name__}: {first}")
-
-
-def _label(built: Any, feed: Mapping[str, np.ndarray], k: int) -> str:
-    from .trt_profiles import PROFILE_POINTS, feed_key
-
-    key = feed_key(feed, {i.name for i in built.inputs if i.shape_tensor})
-    for j, p in enumerate(built.profiles):
-        for w in PROFILE_POINTS:
-            if all(key.get(n) == s for n, s in p.point(w).items()):
-                return w if len(built.profiles) == 1 else f"p{j} {w}"
-    return f"shape {k}"
+# -- latency ------------------------------------------------------------------------------
 
 
 def _latency_line(lat: Any) -> str:

@@ -458,6 +458,7 @@ def _verify_section(check, why_not: str) -> str:
         + "<th>max rel</th><th>atol</th><th>rtol</th><th>result</th></tr>"
         + "".join(rows)
         + f'</table><ul class="muted">{shapes}{skipped}</ul></section>'
+        + (check.latency.html() if getattr(check, "latency", None) is not None else "")
     )
 
 

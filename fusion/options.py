@@ -67,7 +67,8 @@ def deprecation_warnings(args: argparse.Namespace) -> list[str]:
 
 def add_fusion_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fusion")
-    g.add_argument("--passes", help="comma-separated passes (default: all; see `list`)")
+    g.add_argument("--passes", help="comma-separated passes (default: all but those the target leaves out: gemm for trt; "
+                   "see `list`)")  # fmt: skip
     g.add_argument("--target", choices=TARGETS, default="plugin", help="what fused nodes become (default: plugin)")
     g.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies to custom ops")
     g.add_argument("--no-validate", action="store_true", help="skip onnx.checker (full) on the output")
@@ -193,10 +194,11 @@ def tactic_sources(text: str | None) -> list[str] | None:
     The names are checked against the installed TensorRT when the engine is built."""
     if text is None:
         return None
-    names = [s.lower() for s in split(text)]
-    if names == ["none"]:
+    names = split(text)  # (as spelled: TensorRT's names are upper case, matched without case)
+    lower = [n.lower() for n in names]
+    if lower == ["none"]:
         return []
-    if not names or "none" in names:
+    if not names or "none" in lower:
         raise FusionError(f"--tactic-sources {text!r}: give comma-separated names ({', '.join(TACTIC_SOURCE_NAMES)}) or none")
     return names
 
@@ -210,6 +212,10 @@ def engine_options(args: argparse.Namespace) -> dict:
     if args.timing_cache:
         opts["timing_cache"] = args.timing_cache
     return opts
+
+
+def add_latency_arg(g, help_text: str) -> None:
+    g.add_argument("--no-latency", action="store_true", help=help_text)
 
 
 # -- output ----------------------------------------------------------------------------------

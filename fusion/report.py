@@ -35,6 +35,8 @@ def text(result: PassResult, dry_run: bool = False) -> str:
             lines.append(f"  {m.rule:<10} {m.node}: {m.reason}{where}")
     for w in result.warnings:
         lines.append(f"warning: {w}")
+    if getattr(result, "tuning", None) is not None:  # fuse --tune: what was measured (fusion.tune)
+        lines += ["", result.tuning.text()]
     return "\n".join(lines)
 
 
@@ -46,6 +48,7 @@ def to_dict(result: PassResult) -> dict[str, Any]:
         "fusions": [vars(f) for f in result.fusions],
         "near_misses": [{k: v for k, v in vars(m).items() if k != "nodes"} for m in result.near_misses],
         "warnings": result.warnings,
+        **({"tuning": result.tuning.to_dict()} if getattr(result, "tuning", None) is not None else {}),
     }
 
 

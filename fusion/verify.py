@@ -87,6 +87,7 @@ class VerifyReport:
     checks: list[OutputCheck] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)  # per shape point: what its feed is (see OutputCheck.check)
+    latency: Any = None  # trt backend: a fusion.trt_timing.LatencyReport (original vs fused engine)
 
     @property
     def passed(self) -> bool:
@@ -105,6 +106,7 @@ class VerifyReport:
             "checks": [asdict(c) for c in self.checks],
             "skipped": self.skipped,
             "labels": self.labels,
+            "latency": self.latency.to_dict() if self.latency is not None else None,
         }
 
     def table(self) -> str:
@@ -125,6 +127,8 @@ class VerifyReport:
         rows.extend(errors)
         rows.extend(f"skipped: {s}" for s in self.skipped)
         rows.append(f"{'PASSED' if self.passed else 'FAILED'} ({self.backend})")
+        if self.latency is not None:
+            rows.append(self.latency.table())
         return "\n".join(rows)
 
     def __str__(self) -> str:
@@ -152,6 +156,7 @@ def verify(
     1, 3 and 8 in turn.  ``atol``/``rtol``: one value, or per output name; defaults by type.
     ``extra_checks``: with made inputs on onnxruntime, also some of EXTRA_CHECKS (True: those
     of DEFAULT_EXTRA_CHECKS; or a list of their names; False: none).
+    ``backend="trt"`` also builds the original's engine and times both (``latency=False``: not).
     """
     orig = _Model(original)
     fuse = _Model(fused)
@@ -163,6 +168,9 @@ def verify(
         runner = fuse.ort_runner("fused")
     elif backend == "trt":
         from .trt_run import setup_verify  # noqa: PLC0415 - TensorRT is optional
+
+        latency = backend_options.pop("latency", True)
+        latency_repeats = backend_options.pop("latency_repeats", None)
 
         # Builds the engine; inputs default to the min/opt/max shapes of its profiles.
         runner, inputs, atol, rtol = setup_verify(
@@ -201,6 +209,12 @@ def verify(
     points = sorted(ref_runs)
     new_runs = dict(zip(points, _run_each(runner, [feeds[i] for i in points])))
     _compare(orig, ref_runs, new_runs, labels, atol, rtol, report)
+    if backend == "trt" and latency:
+        from .trt_timing import verify_latency  # noqa: PLC0415
+
+        opts = dict(backend_options, **({"latency_repeats": latency_repeats} if latency_repeats else {}))
+        timed = [feeds[i] for i in points if labels[i] == RANDOM]
+        report.latency = verify_latency(orig.source, runner.built, timed, opts)
     return report
 
 
