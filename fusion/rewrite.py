@@ -117,11 +117,12 @@ class Editor:
         self.edits: dict[int, _Edit] = {}
         self.plugin_uses: dict[str, tuple[specs.PluginSpec, list[functions.Use], set[int]]] = {}
         self._admitted: dict[tuple, str | None] = {}  # (op_type, distinct uses) -> reason or None
+        self._distinct: dict[str, dict[functions.Use, None]] = {}  # committed uses per op, once each
 
     def admit(self, spec: specs.PluginSpec, new_uses: list[functions.Use]) -> None:
         """Raise Reject unless one function body can define every node of ``spec`` with ``new_uses``."""
-        entry = self.plugin_uses.get(spec.op_type)
-        uses = list(dict.fromkeys((list(entry[1]) if entry else []) + new_uses))  # the body depends on distinct uses
+        # The body depends only on the distinct uses.
+        uses = list(dict.fromkeys([*self._distinct.get(spec.op_type, {}), *new_uses]))
         key = (spec.op_type, frozenset(uses))
         if key not in self._admitted:
             self._admitted[key] = self._refusal(spec, uses)
@@ -162,6 +163,7 @@ class Editor:
             edit.custom_domain = True
             entry = self.plugin_uses.setdefault(spec.op_type, (spec, [], set()))
             entry[1].append(use)
+            self._distinct.setdefault(spec.op_type, {})[use] = None
             entry[2].add(scope.opset)
 
     @property
