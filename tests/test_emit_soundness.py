@@ -396,3 +396,19 @@ def test_unsorted_input_is_fused_in_topological_order():
     assert result.counts() == {"layernorm": 1}, _reasons(result)
     onnx.checker.check_model(result.model, full_check=True)
     _same_outputs(model, result.model, feeds(LAYER.with_(shape=("B", "S", 64))), rtol=1e-4, atol=1e-4)
+
+
+def test_unsorted_input_is_left_as_it_was_unless_inplace():
+    g = G(opset=13)
+    x = g.input("x", FLOAT, ["B", "S", 64])
+    _layer_norm_chain(g, x, FLOAT, 64, np.random.default_rng(0))
+    g.nodes[-1].output[0] = "y"
+    g.output("y", FLOAT, ["B", "S", 64])
+    g.nodes[:] = list(reversed(g.nodes))
+    model = g.model(infer=False)
+    before = model.SerializeToString()
+    fused = fusion.fuse(model, passes=["layernorm"])
+    assert model.SerializeToString() == before and count(fused, "FusedLayerNorm") == 1
+    same = fusion.fuse(model, passes=["layernorm"], inplace=True)
+    assert same is model and count(model, "FusedLayerNorm") == 1
+    onnx.checker.check_model(model, full_check=True)
