@@ -120,7 +120,10 @@ def reshape_keeping_zeros(op: Callable[..., str], ints: Callable[[list[int]], st
     if opset < 10:  # Slice takes its bounds as attributes: a run-time shape cannot be one
         raise ValueError("reshape_keeping_zeros needs opset >= 10")
     zeros = op("Sub", shape, shape)
-    safe = op("Where", op("Equal", shape, zeros), ints([1]), shape)
+    if opset >= 12:  # Max takes int64 from opset 12 (and is a plain elementwise layer in TensorRT)
+        safe = op("Max", shape, ints([1]))
+    else:
+        safe = op("Where", op("Equal", shape, zeros), ints([1]), shape)
     extra = op("Sub", op("ReduceProd", safe, keepdims=1), op("ReduceProd", shape, keepdims=1))
     flat = op("Flatten", y, axis=0)  # [1, size]
     first = op("Slice", flat, ints([0]), ints([1]), ints([1]))
