@@ -223,8 +223,11 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     if t_in is None and t_out is None:
         raise Reject(f"the element type of {desc.x.name!r} is unknown")
     # An untyped input (function bodies) of a chain with Casts: its type may not be the
-    # output's, so it is cast explicitly to the type the node computes in.
+    # output's, so it is cast explicitly to the type the node computes in, taken as the
+    # chain's widest (a cast up loses nothing, whatever the input's type really is).
     cast_in = t_in is None and desc.chain_type is None
+    if cast_in and t_out in FLOAT_TYPES:
+        t_in = _widest(desc.types | {t_out})
     t_in, t_out = t_in or t_out, t_out or t_in
     for t in (t_in, t_out):
         if t not in FLOAT_TYPES:

@@ -412,3 +412,31 @@ def test_unsorted_input_is_left_as_it_was_unless_inplace():
     same = fusion.fuse(model, passes=["layernorm"], inplace=True)
     assert same is model and count(model, "FusedLayerNorm") == 1
     onnx.checker.check_model(model, full_check=True)
+
+
+def _function_with_untyped_fp32_input(opset: int = 13) -> onnx.ModelProto:
+    """A model-local function (untyped inside) normalizing an fp32 X in fp32, casting to fp16 last."""
+    fg = G(opset=opset)
+    rng = np.random.default_rng(0)
+    y = _layer_norm_chain(fg, "X", FLOAT, 64, rng)
+    fg.op("Cast", y, to=FLOAT16)
+    fg.nodes[-1].output[0] = "Y"
+    consts = [helper.make_node("Constant", [], [t.name], value=t) for t in fg.initializers]
+    fn = helper.make_function("local", "Norm16", ["X"], ["Y"], consts + fg.nodes, [helper.make_opsetid("", opset)])
+    g = G(opset=opset)
+    x = g.input("x", FLOAT, ["B", 64])
+    g.op("Norm16", x, domain="local")
+    g.nodes[-1].output[0] = "y"
+    g.output("y", FLOAT16, ["B", 64])
+    return helper.make_model(
+        g.graph(), opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("local", 1)], ir_version=8, functions=[fn]
+    )
+
+
+def test_untyped_input_in_a_function_is_cast_to_the_chains_widest_type():
+    """x = 1e4 + N(0, 0.01): cast to fp16 first (the output's type), the deviation is gone."""
+    model = _function_with_untyped_fp32_input()
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    feed = _large_mean([4, 64], FLOAT, 1e4, 0.01)
+    _same_outputs(model, result.model, feed, rtol=2e-3, atol=2e-3)
