@@ -64,7 +64,8 @@ TACTIC_SOURCES = ["CUBLAS", "CUBLAS_LT"]
 PREFERENCE = [("legacy", 13), ("legacy", 17), ("legacy", 14), ("dynamo", 18), ("legacy", 11)]
 FAMILY_ORDER = ["bert", "gpt2", "vit", "t5", "llama", "convnext", "convnext_manual", "mlp2d", "mlp3d",
                 "ln_module", "ln_noaffine", "rms_module", "rms_torch", "vector_norm"]  # fmt: skip
-# Ops that only move or select data: doing them on int32 instead of bool changes nothing.
+# Ops that only move or select data: doing them on int32 instead of bool changes nothing
+# (TensorRT 8.5 has no bool formats for the Shuffle/Slice/Gather layers they become).
 MOVE_OPS = {"Flatten", "Gather", "Reshape", "Expand", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Tile",
             "Concat"}  # fmt: skip
 BOOL_FLATTEN_NOTE = ("the {tag} export has a bool Flatten on the attention mask, which TensorRT 8.5 cannot "
@@ -113,11 +114,20 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
 
 def int32_bool_moves(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """The model with every data-movement op on bool data (MOVE_OPS) run on int32:
-    Cast(to INT32) on its bool data inputs, Cast(to BOOL) on its output.  Same values."""
+    Cast(to INT32) on its bool data inputs, Cast(to BOOL) on its output; a bool
+    ConstantOfShape makes int32 and is cast to bool.  Same values."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     types = _elem_types(model)
     nodes, changed = [], 0
     for n in model.graph.node:
+        if n.op_type == "ConstantOfShape" and _bool_value(n):  # its broadcast is a bool Slice in TensorRT
+            out = n.output[0]
+            n.output[0] = f"{out}__i32"
+            nodes.append(n)
+            nodes.append(helper.make_node("Cast", [n.output[0]], [out], name=f"{n.name or out}__to_bool",
+                                          to=TensorProto.BOOL))  # fmt: skip
+            changed += 1
+            continue
         data_inputs = range(len(n.input)) if n.op_type == "Concat" else [0]
         if n.op_type not in MOVE_OPS or not n.input or types.get(n.input[0]) != TensorProto.BOOL:
             nodes.append(n)
@@ -142,6 +152,17 @@ def int32_bool_moves(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     del model.graph.value_info[:]
     model.graph.value_info.extend(keep)
     return model, changed
+
+
+def _bool_value(node: onnx.NodeProto) -> bool:
+    """A bool ConstantOfShape's value becomes int32 (same 0/1); True when it was bool."""
+    from onnx import numpy_helper
+
+    for a in node.attribute:
+        if a.name == "value" and a.t.data_type == TensorProto.BOOL:
+            a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype("int32"), a.t.name))
+            return True
+    return False
 
 
 def source_model(rec: dict[str, Any]) -> tuple[onnx.ModelProto, str | None]:
