@@ -35,8 +35,12 @@ def fuse(
 
     ``target``: "plugin" (this project's plugins, default), "trt" (TensorRT's shipped
     plugins) or "onnx" (standard ops).  ``functions``: attach a model-local ONNX function to
-    each custom op so onnxruntime can run the fused model.  ``inplace``: edit the given
-    ModelProto instead of a copy (saves copying the weights).  A path comes back as a ModelProto
+    each custom op so onnxruntime can run the fused model; a chain whose node no function can
+    define is then left as it is (a near-miss says why).  ``functions=False`` asks for
+    plugin-only output, which onnxruntime cannot run (a warning says so).  ``inplace``: edit
+    the given ModelProto instead of a copy (saves copying the weights).  A fused model that
+    fails onnx.checker while the input passes raises ``InternalError``; the given ModelProto is
+    then left as it was, ``inplace`` or not.  A path comes back as a ModelProto
     with its external data loaded, as ``onnx.load`` would; use :func:`fuse_file` to keep
     weights on disk.  An unmodified model is returned as is.
 

@@ -26,7 +26,8 @@ def text(result: PassResult, dry_run: bool = False) -> str:
         for f in result.fusions:
             emitted = ", ".join(_node_text(n) for n in f.nodes if n["op_type"] != "Constant")
             where = "" if f.scope == "main" else f"  [{f.scope}]"
-            lines.append(f"  {f.rule:<10} {f.root}  ({len(f.removed)} nodes) -> {emitted}{where}")
+            computes = f"; computes in {f.compute_type}" if f.compute_type else ""
+            lines.append(f"  {f.rule:<10} {f.root}  ({len(f.removed)} nodes{computes}) -> {emitted}{where}")
     if result.near_misses:
         lines.append("")
         lines.append("near-misses (not fused):")

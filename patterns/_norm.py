@@ -71,6 +71,8 @@ class NormDesc:
     epsilon: float
     gamma: Tensor | None
     beta: Tensor | None
+    # Float types the chain computes in besides its input's: Casts' targets, constants read as they are.
+    types: frozenset = frozenset()
 
     @property
     def trailing(self) -> bool:
@@ -106,7 +108,7 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     plain = not any(n.op == "Cast" for n in m.all_nodes)
     consts = [m[c] for c in ("gamma", "beta", "eps") if c in m]
     chain_type = g.elem_type(consts[0]) if plain and consts else None
-    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"))
+    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"), compute_types(g, m))
     for param in ("gamma", "beta"):
         t = getattr(desc, param)
         if t is None:
@@ -298,6 +300,28 @@ def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str, proven=lambd
 # -- rewrite ----------------------------------------------------------------------------
 
 
+def compute_types(g, m: Match) -> frozenset:
+    """The float types the matched nodes compute in, besides the input's.
+
+    An arithmetic node computes in the type of its operands, each of which is the input, a
+    Cast's result or a constant read as it is: so the Casts' targets and those constants'
+    types cover every type in the chain.
+    """
+    types = set()
+    for n in m.all_nodes:
+        if n.op == "Cast":
+            types.add(int(n.attrs["to"]))
+            continue
+        for t in n.inputs:
+            if t.name and g.is_constant(t):
+                types.add(g.elem_type(t))
+    return frozenset(t for t in types if t in FLOAT_TYPES)
+
+
+def _widest(types) -> int:
+    return max(types, key=lambda t: FLOAT_WIDTH[t])
+
+
 def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     """Emit ``desc`` for ``ctx.target``; the last node written produces ``desc.y``."""
     g = ctx.graph
@@ -314,8 +338,11 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     if t_in is None and t_out is None:
         raise Reject(f"the element type of {desc.x.name!r} is unknown")
     # An untyped input (function bodies) of a chain with Casts: its type may not be the
-    # output's, so it is cast explicitly to the type the node computes in.
+    # output's, so it is cast explicitly to the type the node computes in, taken as the
+    # chain's widest (a cast up loses nothing, whatever the input's type really is).
     cast_in = t_in is None and desc.chain_type is None
+    if cast_in and t_out in FLOAT_TYPES:
+        t_in = _widest(desc.types | {t_out})
     t_in, t_out = t_in or t_out, t_out or t_in
     for t in (t_in, t_out):
         if t not in FLOAT_TYPES:
@@ -324,6 +351,21 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     # what the original did last anyway.
     t = t_out if FLOAT_WIDTH[t_in] < FLOAT_WIDTH[t_out] else t_in
     target = ctx.target
+    # The node must also compute as wide as the chain's widest type (an fp32 model may compute
+    # its variance in fp64).  The plugins and LayerNormalization's stash compute in fp32; fp64
+    # is kept by computing the whole node in DOUBLE (target onnx) or refused.  One exception:
+    # fp16 in and out (TorchScript's fp16 exports widen to fp64 inside), where fp32 holds every
+    # fp16 value, square and sum exactly enough: the output differs by at most an fp16 rounding.
+    compute = _widest(desc.types | {t, onnx.TensorProto.FLOAT})
+    if compute == onnx.TensorProto.DOUBLE and t_in == t_out == onnx.TensorProto.FLOAT16:
+        compute = onnx.TensorProto.FLOAT
+    if compute == onnx.TensorProto.DOUBLE and target != "onnx":
+        what = "the model is DOUBLE" if t_in == t_out == compute else "the chain computes in DOUBLE"
+        plugin = "TensorRT's LayerNorm plugin" if target == "trt" else "the plugins"
+        raise Reject(f"target {target}: {what}, and {plugin} (and TensorRT) have no fp64; target onnx keeps it")
+    if compute == onnx.TensorProto.DOUBLE:
+        t = compute
+    em.compute_type = compute
     if target == "trt":
         if desc.kind != "layer":
             raise Reject("target trt: TensorRT ships no RMSNorm plugin")
@@ -384,11 +426,11 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
             x = em.node("Reshape", [x, em.const("shape3d", np.array([-1, 1, param_shape[0]], np.int64))])[0]
         y = em.plugin(specs.TRT_LAYER_NORM, [x, gamma, beta], em.name("LayerNorm_out"), t, epsilon=desc.epsilon)
         if flat:
-            y = em.node("Reshape", [y, em.node("Shape", [before])[0]])[0]
+            y = em.reshape(y, em.node("Shape", [before])[0])  # keeps an empty batch empty
     else:
         op = "LayerNormalization" if desc.kind == "layer" else "RMSNormalization"
         inputs = [x, gamma] + ([beta] if beta else [])
-        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=1)[0]
+        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=compute)[0]
 
     if perm is not None:
         y = em.node("Transpose", [y], perm=[int(i) for i in np.argsort(perm)])[0]

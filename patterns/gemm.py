@@ -348,6 +348,10 @@ def _check_constant(g, t: Tensor, role: str, form: str) -> None:
 
 
 def emit(desc: FCDesc, em: Emitter, ctx: Context) -> None:
+    # The plugins accumulate in fp32; Gemm computes in the model's type.
+    em.compute_type = desc.elem_type if ctx.target == "onnx" else TensorProto.FLOAT
+    if ctx.target != "plugin" and 0 in (desc.k, desc.n):
+        raise Reject(f"target {ctx.target}: weight {desc.w.name!r} has a zero-size dim")
     if ctx.target == "plugin":
         _emit_plugin(desc, em, ctx)
     elif ctx.target == "trt":
@@ -413,7 +417,7 @@ def _emit_trt(desc: FCDesc, em: Emitter, ctx: Context) -> None:
         type_id=0 if t == TensorProto.FLOAT else 1,
         W=weights,
     )
-    y = em.node("Reshape", [y, _output_shape(desc, em, ctx, x)])[0]
+    y = _reshape_out(desc, em, ctx, y, x)
     if desc.bias is not None:
         y = em.node("Add", [y, _bias_vector(desc, em, ctx)])[0]
     _activation_nodes(desc.activation, y, t, em, ctx)
@@ -439,7 +443,7 @@ def _emit_onnx(desc: FCDesc, em: Emitter, ctx: Context) -> None:
         return
     rows = em.node("Reshape", [desc.x.name, em.const("fc_in_shape", np.array([-1, desc.k], np.int64))])[0]
     y = em.node("Gemm", [rows, desc.w.name, bias], **attrs)[0]
-    em.node("Reshape", [y, _output_shape(desc, em, ctx, desc.x.name)])
+    _reshape_out(desc, em, ctx, y, desc.x.name)
 
 
 def _input(desc: FCDesc, em: Emitter) -> str:
@@ -481,10 +485,15 @@ def _fed_bias(desc: FCDesc, em: Emitter, shape: tuple) -> str:
     return b
 
 
+def _reshape_out(desc: FCDesc, em: Emitter, ctx: Context, y: str, x: str) -> str:
+    """``y`` (rows of N) reshaped to the FC output: x's leading dims and N, zero-size ones kept."""
+    if desc.rank == 2:
+        return em.node("Reshape", [y, em.const("fc_out_shape", np.array([-1, desc.n], np.int64))])[0]
+    return em.reshape(y, _output_shape(desc, em, ctx, x))
+
+
 def _output_shape(desc: FCDesc, em: Emitter, ctx: Context, x: str) -> str:
     """Shape of the FC output: x's leading dims and N."""
-    if desc.rank == 2:
-        return em.const("fc_out_shape", np.array([-1, desc.n], np.int64))
     shape = em.node("Shape", [x])[0]
     if ctx.opset >= 10:
         lead = em.node(
