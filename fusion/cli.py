@@ -363,8 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    for note in options.deprecation_warnings(args):  # (beside the error line's style: stderr, always shown)
-        print(f"warning: {note}", file=sys.stderr)
+    for note in options.deprecation_warnings(args):
+        log.warning("%s", note)
     try:
         return int(args.func(args) or 0)
     except FusionError as e:

@@ -145,12 +145,13 @@ def test_shapes_are_points_and_profiles_are_ranges():
         options.shape_points(["x:1x1x16,2x8x16"])  # a range given as a point
 
 
-def test_old_spellings_still_work_and_warn(fake_trt, model, tmp_path, capsys):
+def test_old_spellings_still_work_and_warn(fake_trt, model, tmp_path, caplog):
     trt = fake_trt()
     out = tmp_path / "m.engine"
     rc = cli.main(["build", str(model), "-o", str(out), "--shapes", *PROFILE, "--no-tactic-sources", "--json"])
     assert rc == 0 and out.exists()
-    err = capsys.readouterr().err
+    err = caplog.text
+    caplog.clear()
     assert "--shapes is deprecated and will be removed in the next release: use --profile" in err
     assert "--no-tactic-sources is deprecated and will be removed in the next release: use --tactic-sources none" in err
     (p,) = trt.calls["profiles"]
@@ -158,8 +159,19 @@ def test_old_spellings_still_work_and_warn(fake_trt, model, tmp_path, capsys):
     assert trt.calls["tactics"] == 0
     # the new spelling: the same engine, no warning
     rc = cli.main(["build", str(model), "-o", str(out), "--profile", *PROFILE, "--tactic-sources", "none", "--json"])
-    assert rc == 0 and "deprecated" not in capsys.readouterr().err
+    assert rc == 0 and "deprecated" not in caplog.text
     assert trt.calls["profiles"][1].shapes == p.shapes and trt.calls["tactics"] == 0
+
+
+def test_the_warning_reaches_stderr(model, tmp_path):
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "fusion", "build", str(model), "-o", str(tmp_path / "e"), "--shapes",
+                        *PROFILE], capture_output=True, text=True, timeout=120)  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == ("WARNING fusion: --shapes is deprecated and will be removed in the next release: use --profile "
+                        "(--shapes takes shape points, as in verify)")  # fmt: skip
+    assert r.returncode == 2 and lines[1:] == ["error: TensorRT is not installed: pip install tensorrt (or run where it is)"]
 
 
 # -- tactic sources -----------------------------------------------------------------------------
