@@ -182,7 +182,9 @@ def deploy(
         from .html_report import write_report
 
         write_report(src, fused_path, fusion_result, os.path.join(tmp, names.report), check=check,
-                     sections=[engine_section(built)] + ([] if latency else [latency_section(None)]))  # fmt: skip
+                     sections=[engine_section(built)] + ([] if latency else [latency_section(None)]),
+                     fused_shown_as=files["fused"])  # fmt: skip
+        built.path = os.fspath(files["engine"])  # where it will be
         result.seconds = say.total()
         with open(os.path.join(tmp, names.summary), "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=2, default=str)

@@ -62,19 +62,22 @@ def write_report(
     shown_as: str | os.PathLike | None = None,
     check: Any = None,
     sections: Sequence[str] = (),
+    fused_shown_as: str | os.PathLike | None = None,
 ) -> Path:
     """Write the HTML report of ``result`` (the fusion of ``model_path`` into ``fused_path``).
 
     ``fused_path`` None (a dry run) or ``verify=False``: the report says verification did not run.
     ``shown_as``: the original's name in the report when ``model_path`` is a copy of it (see
     :func:`snapshot`).  ``check``: a VerifyReport already made (e.g. on TensorRT), shown instead
-    of verifying on onnxruntime; ``sections``: more HTML sections, after the verification's.
+    of verifying on onnxruntime; ``sections``: more HTML sections, after the verification's;
+    ``fused_shown_as``: the fused model's name in the report (where it is written elsewhere first).
     """
     out = Path(report_path)
     if out.suffix.lower() not in (".html", ".htm"):
         log.warning("%s: the report is HTML whatever the file's suffix", out)
     check_report_path(out, [p for p in (model_path, fused_path, shown_as) if p is not None])
-    text = render_report(model_path, fused_path, result, verify=verify, shown_as=shown_as, check=check, sections=sections)
+    text = render_report(model_path, fused_path, result, verify=verify, shown_as=shown_as, check=check, sections=sections,
+                         fused_shown_as=fused_shown_as)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
@@ -157,6 +160,7 @@ def render_report(
     shown_as: str | os.PathLike | None = None,
     check: Any = None,
     sections: Sequence[str] = (),
+    fused_shown_as: str | os.PathLike | None = None,
 ) -> str:
     """The report as one HTML string (``shown_as``, ``check``, ``sections``: see :func:`write_report`)."""
     original = onnx.load(os.fspath(model_path), load_external_data=False)
@@ -165,6 +169,8 @@ def render_report(
     check, why_not = (check, "") if check is not None else _verify(model_path, fused_path, result, verify)
     if shown_as is not None:
         model_path = shown_as
+    if fused_shown_as is not None:
+        fused_path = fused_shown_as
 
     body = [_summary(model_path, fused_path, result, original, fused, check, why_not)]
     body.append(_verify_section(check, why_not))

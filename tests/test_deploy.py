@@ -254,8 +254,11 @@ def test_deploy_writes_the_model_engine_report_and_summary(engine_on_ort, model,
     assert [(r["label"], r["speedup"]) for r in rows] == [("min", 2.0), ("opt", 2.0), ("max", 2.0)]
     assert engine_on_ort.calls["tactics"] == 0b11 and len(engine_on_ort.calls["profiles"]) == 2  # fused + unfused
     html = (out / "m.report.html").read_text()
-    for part in ("Fusions (1)", 'id="verify"', "PASSED", 'id="latency"', "2.000×", 'id="engine"', "TensorRT"):
+    for part in ("Fusions (1)", 'id="verify"', "PASSED", 'id="latency"', "2.000×", 'id="engine"', "TensorRT",
+                 str(out / "m.fused.onnx")):
         assert part in html, part
+    assert ".partial-" not in html and ".partial-" not in json.dumps(summary)  # final paths only
+    assert summary["engine"]["path"] == str(out / "m.fused.engine")
     # stdout: the result; stderr: progress with elapsed seconds
     assert "PASSED" in captured.out and "speed-up" in captured.out
     progress = captured.err.strip().splitlines()
