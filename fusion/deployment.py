@@ -234,12 +234,10 @@ def _feeds(src: Path, built: Any, seed: int) -> list[dict[str, np.ndarray]]:
 
 
 def _tune(src, loaded, fused_path, target, passes, profile, opts, functions, validate):
-    try:
-        from .tuning import tune
-    except ImportError:
-        raise FusionError("--tune needs fusion.tuning, which this version of the package lacks") from None
+    from .tuning import tune
+
     res = tune(os.fspath(src), target=target, profile=profile, passes_=passes, functions=functions, validate=validate,
-               **{k: v for k, v in _build_opts(opts).items()})  # fmt: skip
+               **_build_opts(opts))  # fmt: skip
     model_io.save(res.model, fused_path, source_dir=loaded.base_dir)
     return res.result, res.record
 

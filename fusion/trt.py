@@ -199,6 +199,8 @@ def build_engine(
     config = builder.create_builder_config()
     _configure(trt, config, precision, tactic_sources, workspace_mb)
     check_tactic_libraries(trt, _names(tactic_sources))
+    if tactic_sources is None:
+        _warn_default_libraries(trt, config)
     for prof in profiles:
         config.add_optimization_profile(_trt_profile(builder, network, prof))
     cache = _timing_cache(config, timing_cache)
@@ -356,6 +358,22 @@ def _library_problem(source: str, major: int) -> str | None:
             return None
         why.append(f"{soname} ({_where(lib, missing, markers)}) is a stub: it lacks {missing[0]}")
     return f"{label}, which cannot be loaded: " + "; ".join(why)
+
+
+def _warn_default_libraries(trt, config) -> None:
+    """TensorRT's default tactic sources are not checked (it may do without one), but a missing
+    or stub library among them is worth a warning: the build may fail on it much later."""
+    if not hasattr(config, "get_tactic_sources"):
+        return
+    mask = int(config.get_tactic_sources())
+    on = [n for n in tactic_source_names(trt)
+          if n in _TACTIC_LIBRARIES and mask >> int(getattr(trt.TacticSource, n.upper())) & 1]  # fmt: skip
+    for name in on:
+        problem = _library_problem(name, _major(trt))
+        if problem:
+            rest = ",".join(n for n in on if n != name) or "none"
+            log.warning("TensorRT's default tactic sources include %s, which needs %s; if the build fails, "
+                        "pass --tactic-sources %s", name, problem, rest)
 
 
 def _short_dlerror(e: OSError, soname: str) -> str:

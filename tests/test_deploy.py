@@ -227,6 +227,17 @@ def test_a_missing_tactic_library_is_named_before_building(fake_trt, model, monk
     assert trt.calls["profiles"] == []  # refused before building
 
 
+def test_default_sources_warn_about_a_missing_library(fake_trt, model, monkeypatch, caplog):
+    trt = fake_trt()
+    monkeypatch.setattr(ftrt, "_library_problem", lambda source, major: "cuDNN, which cannot be loaded: x" if source == "cudnn" else None)
+    trt_config = trt.Builder(None).create_builder_config().__class__
+    monkeypatch.setattr(trt_config, "get_tactic_sources", lambda self: 0b111, raising=False)  # cublas, cublas_lt, cudnn
+    fusion.build_engine(model, shapes={"B": (1, 4), "S": (1, 8)})
+    assert ("TensorRT's default tactic sources include cudnn, which needs cuDNN, which cannot be loaded: x; if the build "
+            "fails, pass --tactic-sources cublas,cublas_lt") in caplog.text
+    assert trt.calls["tactics"] is None  # still TensorRT's default: a warning, not a refusal
+
+
 def test_tensorrts_own_library_error_names_the_library(fake_trt, model):
     trt = fake_trt()
     trt.calls["fail_build"] = "cudnn"
@@ -373,3 +384,31 @@ def test_run_deploy_script_uses_cublas_only(tmp_path):
     script = (Path(__file__).resolve().parent.parent / "bench" / "run_deploy.sh").read_text()
     assert "-m fusion deploy" in script and "--tactic-sources cublas,cublas_lt" in script and "$OUT" in script
 
+
+
+def test_deploy_tune_fuses_what_tuning_keeps(engine_on_ort, model, tmp_path, monkeypatch):
+    from fusion import tuning
+
+    fast, slow = (trt_timing.summarize([ms] * 3, 10, "execute_async_v2") for ms in (1.0, 2.0))
+    seen = {}
+
+    class Bench:  # the fused LayerNorm engine is twice as fast at every shape
+        def __init__(self, original, *, profiles, **options):
+            seen.update(options, profiles=profiles)
+
+        def labels(self):
+            return ["min", "opt", "max"]
+
+        def baseline(self):
+            return 1.0, [slow] * 3
+
+        def measure(self, model, name):
+            return 1.0, [slow] * 3, [fast] * 3
+
+    monkeypatch.setattr(tuning, "EngineBench", Bench)
+    res = fusion.deploy(model, tmp_path / "out", profile={"B": (1, 2, 4), "S": (1, 4, 8)}, tune=True, latency=False,
+                        tactic_sources=["cublas"], progress=lambda m: None)  # fmt: skip
+    assert res.passed and res.fusion.counts() == {"layernorm": 1}
+    assert res.to_dict()["tuning"]["kept"] == ["layernorm"] and "tune" in res.seconds
+    assert seen["tactic_sources"] == ["cublas"] and seen["profiles"] == {"B": (1, 2, 4), "S": (1, 4, 8)}
+    assert [n.op_type for n in onnx.load(str(res.files["fused"])).graph.node] == ["FusedLayerNorm"]
