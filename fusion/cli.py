@@ -346,7 +346,8 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
 def _add_deploy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="input .onnx")
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR",
-                   help="directory for the fused model, the engine, report.html and deploy.json")  # fmt: skip
+                   help="directory for NAME.fused.onnx, NAME.fused.engine, NAME.report.html and NAME.deploy.json "
+                   "(made if absent; written in a temporary folder beside it, then moved)")  # fmt: skip
     _add_fusion_args(p)
     g = p.add_argument_group("TensorRT")
     options.add_profile_args(g, help_suffix=" (required where the model has dynamic inputs)")
