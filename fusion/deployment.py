@@ -297,9 +297,13 @@ def _external_files(loaded) -> set[str]:
 def _temp_dir(out: Path) -> str:
     parent = out.resolve().parent
     try:
-        return tempfile.mkdtemp(prefix=f".{out.name or 'deploy'}.partial-", dir=parent)
+        tmp = tempfile.mkdtemp(prefix=f".{out.name or 'deploy'}.partial-", dir=parent)
     except OSError as e:
         raise OutputError(f"-o {out}: cannot write in {parent}: {e.strerror or e}") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # (mkdtemp's 0700 would stay on OUTDIR after the rename)
+    return tmp
 
 
 def _commit(tmp: str, out: Path) -> None:

@@ -257,6 +257,9 @@ def test_deploy_writes_the_model_engine_report_and_summary(engine_on_ort, model,
     assert rc == 0, captured.err
     assert sorted(p.name for p in out.iterdir()) == ["m.deploy.json", "m.fused.engine", "m.fused.onnx", "m.report.html"]
     assert _leftovers(tmp_path) == [] and ".timing.cache" not in os.listdir(out)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask  # a folder like any other, not mkdtemp's 0700
     assert [n.op_type for n in onnx.load(str(out / "m.fused.onnx")).graph.node] == ["FusedLayerNorm"]
     summary = json.loads((out / "m.deploy.json").read_text())
     assert summary["passed"] is True and summary["fusions"] == {"layernorm": 1}
