@@ -356,8 +356,8 @@ def _library_problem(source: str, major: int) -> str | None:
         missing = [m for m in markers if not hasattr(lib, m)]
         if not missing:
             return None
-        why.append(f"{soname} ({_where(lib, missing, markers)}) is a stub: it lacks {missing[0]}")
-    return f"{label}, which cannot be loaded: " + "; ".join(why)
+        why.append(f"{soname} ({_where(lib)}) is a stub: it lacks {missing[0]}")
+    return f"{label}, which is not usable here: " + "; ".join(why)
 
 
 def _warn_default_libraries(trt, config) -> None:
@@ -381,23 +381,18 @@ def _short_dlerror(e: OSError, soname: str) -> str:
     return "not found" if "cannot open shared object file" in text or not text else text.replace(f"{soname}: ", "")
 
 
-def _where(lib, missing: Sequence[str], markers: Sequence[str]) -> str:
-    """The file a loaded library came from (dladdr on one of its symbols), or its name."""
+def _where(lib) -> str:
+    """The file a loaded library came from (the process's memory map), or its name."""
+    name = getattr(lib, "_name", "?")
     try:
-        class DlInfo(ctypes.Structure):
-            _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
-                        ("saddr", ctypes.c_void_p)]  # fmt: skip
-
-        present = [m for m in markers if m not in missing]
-        sym = getattr(lib, present[0]) if present else None
-        if sym is not None:
-            info = DlInfo()
-            libc = ctypes.CDLL(None)
-            if libc.dladdr(ctypes.cast(sym, ctypes.c_void_p), ctypes.byref(info)) and info.fname:
-                return info.fname.decode(errors="replace")
-    except Exception:  # noqa: BLE001 - only for the message
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
+                if os.path.basename(path).startswith(os.path.basename(name)):
+                    return path
+    except OSError:
         pass
-    return getattr(lib, "_name", "?")
+    return name
 
 
 _LIBRARY_WORDS = (("cublaslt", "cublas_lt", "cuBLASLt"), ("cublas_lt", "cublas_lt", "cuBLASLt"),

@@ -212,28 +212,28 @@ def test_a_missing_tactic_library_is_named_before_building(fake_trt, model, monk
     libs["cudnn"] = ("cuDNN", {8: ("libcudnn_absent_here.so.8",), 10: ("libcudnn_absent_here.so.9",)}, ("cudnnGetVersion",))
     libs["cublas"] = ("cuBLAS", {8: ("libm.so.6",), 10: ("libm.so.6",)}, ("cos", "cublasGetProperty"))  # loads, but a "stub"
     monkeypatch.setattr(ftrt, "_TACTIC_LIBRARIES", libs)
-    with pytest.raises(EngineBuildError, match=r"^tactic source cudnn needs cuDNN, which cannot be loaded: "
+    with pytest.raises(EngineBuildError, match=r"^tactic source cudnn needs cuDNN, which is not usable here: "
                                                r"libcudnn_absent_here.so.8: not found: install it or leave cudnn out "
                                                r"\(--tactic-sources edge_mask_convolutions\)$"):
         ftrt.check_tactic_libraries(trt, ["edge_mask_convolutions", "cudnn"])
-    with pytest.raises(EngineBuildError, match=r"^tactic source cublas needs cuBLAS, which cannot be loaded: libm.so.6 "
+    with pytest.raises(EngineBuildError, match=r"^tactic source cublas needs cuBLAS, which is not usable here: libm.so.6 "
                                                r"\(.*\) is a stub: it lacks cublasGetProperty: install it"):
         ftrt.check_tactic_libraries(trt, ["cublas"])
     ftrt.check_tactic_libraries(trt, ["edge_mask_convolutions"])  # no library behind it
     ftrt.check_tactic_libraries(trt, [])
     rc = cli.main(["build", str(model), "-o", str(tmp_path / "e"), "--profile", *PROFILE, "--tactic-sources", "cudnn"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and err[0].startswith("error: tactic source cudnn needs cuDNN, which cannot be loaded")
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: tactic source cudnn needs cuDNN, which is not usable here")
     assert trt.calls["profiles"] == []  # refused before building
 
 
 def test_default_sources_warn_about_a_missing_library(fake_trt, model, monkeypatch, caplog):
     trt = fake_trt()
-    monkeypatch.setattr(ftrt, "_library_problem", lambda source, major: "cuDNN, which cannot be loaded: x" if source == "cudnn" else None)
+    monkeypatch.setattr(ftrt, "_library_problem", lambda source, major: "cuDNN, which is not usable here: x" if source == "cudnn" else None)
     trt_config = trt.Builder(None).create_builder_config().__class__
     monkeypatch.setattr(trt_config, "get_tactic_sources", lambda self: 0b111, raising=False)  # cublas, cublas_lt, cudnn
     fusion.build_engine(model, shapes={"B": (1, 4), "S": (1, 8)})
-    assert ("TensorRT's default tactic sources include cudnn, which needs cuDNN, which cannot be loaded: x; if the build "
+    assert ("TensorRT's default tactic sources include cudnn, which needs cuDNN, which is not usable here: x; if the build "
             "fails, pass --tactic-sources cublas,cublas_lt") in caplog.text
     assert trt.calls["tactics"] is None  # still TensorRT's default: a warning, not a refusal
 
