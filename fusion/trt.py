@@ -348,16 +348,41 @@ def _library_problem(source: str, major: int) -> str | None:
     sonames = by_major[10 if major >= 10 else 8]
     why = []
     for soname in sonames:
-        try:
-            lib = ctypes.CDLL(soname)
-        except OSError as e:
-            why.append(f"{soname}: {_short_dlerror(e, soname)}")
+        lib, error = _load_library(soname, source)
+        if lib is None:
+            why.append(f"{soname}: {error}")
             continue
         missing = [m for m in markers if not hasattr(lib, m)]
         if not missing:
             return None
         why.append(f"{soname} ({_where(lib)}) is a stub: it lacks {missing[0]}")
     return f"{label}, which is not usable here: " + "; ".join(why)
+
+
+_PIP_PACKAGES = {"cublas": "nvidia.cublas", "cublas_lt": "nvidia.cublas", "cudnn": "nvidia.cudnn"}
+
+
+def _load_library(soname: str, source: str):
+    """(library, None) or (None, why): by the loader's search path, then from NVIDIA's pip wheel
+    (nvidia-cublas-cu12 / nvidia-cudnn-cu12 keep theirs in site-packages/nvidia/*/lib)."""
+    try:
+        return ctypes.CDLL(soname), None
+    except OSError as e:
+        error = _short_dlerror(e, soname)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(_PIP_PACKAGES[source])
+    except (ImportError, ValueError):
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = os.path.join(folder, "lib", soname)
+        if os.path.exists(path):
+            try:
+                return ctypes.CDLL(path), None
+            except OSError as e:
+                return None, _short_dlerror(e, path)
+    return None, error
 
 
 def _warn_default_libraries(trt, config) -> None:

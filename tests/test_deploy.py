@@ -415,3 +415,21 @@ def test_deploy_tune_fuses_what_tuning_keeps(engine_on_ort, model, tmp_path, mon
     assert res.to_dict()["tuning"]["kept"] == ["layernorm"] and "tune" in res.seconds
     assert seen["tactic_sources"] == ["cublas"] and seen["profiles"] == {"B": (1, 2, 4), "S": (1, 4, 8)}
     assert [n.op_type for n in onnx.load(str(res.files["fused"])).graph.node] == ["FusedLayerNorm"]
+
+
+def test_the_probe_finds_a_library_in_nvidias_pip_wheel_layout(tmp_path, monkeypatch):
+    import ctypes
+    import importlib
+    import shutil
+
+    libm = ftrt._where(ctypes.CDLL("libm.so.6"))  # a real library to stand for one from a wheel
+    lib_dir = tmp_path / "nvidia" / "cudnn" / "lib"
+    lib_dir.mkdir(parents=True)
+    shutil.copy(libm, lib_dir / "libh9_wheel_only.so.8")
+    libs = dict(ftrt._TACTIC_LIBRARIES)
+    libs["cudnn"] = ("cuDNN", {8: ("libh9_wheel_only.so.8",), 10: ("libh9_wheel_only.so.8",)}, ("cos",))
+    monkeypatch.setattr(ftrt, "_TACTIC_LIBRARIES", libs)
+    assert "libh9_wheel_only.so.8: not found" in ftrt._library_problem("cudnn", 8)  # not on the search path ...
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert ftrt._library_problem("cudnn", 8) is None  # ... but where pip puts NVIDIA's libraries
