@@ -6,7 +6,8 @@
 #
 # Needs the bundle from ../shared/trt/make-bundle.sh: unpacked at /tmp/trt85, or its parts in
 # /tmp/trt-parts (one device call per part, as for bench/run_gpu_trt.sh).  TARGET=plugin
-# PLUGINS=lib.so for this project's plugins.  Tactic sources: cuBLAS only (the bundle's cuDNN is a stub).
+# PLUGINS=lib.so for this project's plugins; PASSES (default layernorm: named, since the trt target
+# leaves it off by default).  Tactic sources: cuBLAS only (the bundle's cuDNN is a stub).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.device-out}
@@ -23,7 +24,8 @@ source $B/env.sh
 [ -e fusion/patterns ] || ln -s ../patterns fusion/patterns  # (the source tree, importable as fusion)
 export PY310_PATH=$PWD CUDA_CACHE_PATH=/tmp/trt85_cuda_cache
 # shellcheck disable=SC2086
-py310 -m fusion deploy "$MODEL" -o /tmp/deploy-out --target "${TARGET:-trt}" ${PLUGINS:+--plugins $PLUGINS} \
+py310 -m fusion deploy "$MODEL" -o /tmp/deploy-out --target "${TARGET:-trt}" --passes "${PASSES:-layernorm}" \
+    ${PLUGINS:+--plugins $PLUGINS} \
     --profile $RANGES --tactic-sources cublas,cublas_lt >"$OUT/deploy.txt" 2>"$OUT/deploy.log"
 rc=$?
 cp /tmp/deploy-out/*.html /tmp/deploy-out/*.json "$OUT/" 2>/dev/null
