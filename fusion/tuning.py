@@ -35,7 +35,9 @@ from typing import Any
 
 import onnx
 
-from . import model_io, passes
+from . import model_io
+from . import passes as driver  # `passes` is the keyword that names the passes
+from .api import _renamed
 from .errors import FusionError
 from .passes import PassResult
 from .rewrite import Reject
@@ -250,7 +252,7 @@ def tune(
     *,
     target: str = "trt",
     profile: Any = None,
-    passes_: Sequence[str] | None = None,
+    passes: Sequence[str] | None = None,
     plugins: Sequence[str] = (),
     precision: str = "fp32",
     tactic_sources: Any = None,
@@ -262,10 +264,11 @@ def tune(
     functions: bool = True,
     validate: bool = True,
     base_dir: str | None = None,
+    passes_: Sequence[str] | None = None,
 ) -> TuneResult:
     """Fuse ``model`` (path or ModelProto) for ``target``, keeping only the passes and groups
     that make its TensorRT engine faster at the ``profile``'s min/opt/max shapes (see the
-    module doc).  ``passes_``: the passes to consider (default: all, whatever the target's
+    module doc).  ``passes``: the passes to consider (default: all, whatever the target's
     defaults).  Returns the fused model, the record, and the PassResult (``.tuning`` set)."""
     t0 = time.perf_counter()
     if target not in TUNE_TARGETS:
@@ -273,7 +276,7 @@ def tune(
     if profile is None:
         raise FusionError("tuning needs the shapes to time at: an optimization profile (--profile batch=1,8,32 seq=...)")
     proto, base_dir = _load(model, base_dir)
-    rules = passes.rules_for(passes_)
+    rules = driver.rules_for(_renamed(passes, passes_, "passes_"))
     bench = EngineBench(proto, profiles=profile, plugins=plugins, precision=precision, tactic_sources=tactic_sources,
                         timing_cache=timing_cache, workspace_mb=workspace_mb, repeats=repeats)  # fmt: skip
     from .trt import trt_version
@@ -283,7 +286,7 @@ def tune(
 
     # 1. what would fuse, per unit
     probe = _rules(rules, {r.pass_name: ALL for r in rules})
-    passes.run(proto, probe, target, base_dir=base_dir, dry_run=True)
+    driver.run(proto, probe, target, base_dir=base_dir, dry_run=True)
     counts: dict[str, Counter[str]] = {}
     for r in probe:
         counts.setdefault(r.pass_name, Counter()).update(r.fused)
@@ -294,7 +297,7 @@ def tune(
             rec.measurements.append(Measurement(p, [p], decision="skipped", reason="nothing to fuse"))
 
     def fuse(config: Mapping[str, set[str] | None], reasons=None, final: bool = False) -> PassResult:
-        return passes.run(proto, _rules(rules, config, reasons), target, base_dir=base_dir, functions=functions,
+        return driver.run(proto, _rules(rules, config, reasons), target, base_dir=base_dir, functions=functions,
                           validate=validate and final)  # fmt: skip
 
     def measure(name: str, config: Mapping[str, set[str] | None]) -> Measurement:
@@ -437,7 +440,7 @@ def run_cli(args) -> int:
         raise FusionError("fuse --tune needs --profile (the shapes to time the engines at)")
     engine = options.engine_options(args)
     pass_names = [s.strip() for s in args.passes.split(",") if s.strip()] if args.passes else None
-    res = tune(args.model, target=args.target, profile=options.profiles(args), passes_=pass_names,
+    res = tune(args.model, target=args.target, profile=options.profiles(args), passes=pass_names,
                margin=args.tune_margin, repeats=args.tune_repeats, functions=not args.no_functions,
                validate=not args.no_validate, **engine)  # fmt: skip
     loaded_dir = os.path.dirname(os.path.abspath(args.model))
