@@ -236,7 +236,7 @@ def _feeds(src: Path, built: Any, seed: int) -> list[dict[str, np.ndarray]]:
 def _tune(src, loaded, fused_path, target, passes, profile, opts, functions, validate):
     from .tuning import tune
 
-    res = tune(os.fspath(src), target=target, profile=profile, passes_=passes, functions=functions, validate=validate,
+    res = tune(os.fspath(src), target=target, profile=profile, passes=passes, functions=functions, validate=validate,
                **_build_opts(opts))  # fmt: skip
     model_io.save(res.model, fused_path, source_dir=loaded.base_dir)
     return res.result, res.record
