@@ -11,10 +11,12 @@ from typing import Sequence, Union
 import onnx
 import onnx_graphsurgeon as gs
 
-from . import defaults, model_io, specs
-from . import passes as driver  # `passes` is the keyword that names the passes
+from .passes import defaults
+from .ir import model_io
+from .rewrite import specs
+from .passes import driver  # `passes` is the keyword that names the passes
 from .errors import FusionError
-from .passes import PassResult
+from .passes.driver import PassResult
 
 log = logging.getLogger(__name__)
 

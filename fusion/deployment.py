@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import model_io
+from .ir import model_io
 from .errors import EngineBuildError, FusionError, OutputError
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def deploy(
         files = {role: out / getattr(names, role) for role in ("fused", "engine", "report", "summary")}
         result = DeployResult(out, files, fusion_result, check, built, lat, dict(say.steps), tuning)
         say("writing the report", "report")
-        from .html_report import write_report
+        from .report.html import write_report
 
         write_report(src, fused_path, fusion_result, os.path.join(tmp, names.report), check=check,
                      sections=[engine_section(built)] + ([] if latency else [latency_section(None)]),
@@ -200,23 +200,23 @@ def deploy(
 
 
 def build(fused_path: str, profile: Any, engine_path: str, opts: Mapping[str, Any]):
-    from .trt import build_engine
+    from .trt.build import build_engine
 
     return build_engine(fused_path, shapes=profile, out=engine_path, **_build_opts(opts))
 
 
 def verify_engine(original: Path, fused_path: str, built: Any, opts: Mapping[str, Any], **kw: Any):
     """The fused engine against the original on onnxruntime, at the profiles' min/opt/max."""
-    from .verify import verify
+    from .compare.verify import verify
 
     return verify(original, fused_path, backend="trt", engine=built, latency=False, **_build_opts(opts), **kw)
 
 
 def measure_latency(original: Path, built: Any, feeds: Sequence[Mapping[str, np.ndarray]], opts: Mapping[str, Any]):
     """Build the original's engine like the fused one and time both at ``feeds`` (what
-    ``verify --trt`` does: :func:`fusion.trt_timing.verify_latency`; a failure is reported in
+    ``verify --trt`` does: :func:`fusion.trt.timing.verify_latency`; a failure is reported in
     the result, not raised)."""
-    from .trt_timing import verify_latency
+    from .trt.timing import verify_latency
 
     return verify_latency(os.fspath(original), built, feeds, _build_opts(opts))
 
@@ -227,8 +227,8 @@ def _build_opts(opts: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _feeds(src: Path, built: Any, seed: int) -> list[dict[str, np.ndarray]]:
-    from .trt_run import corner_feeds
-    from .verify import _Model
+    from .trt.run import corner_feeds
+    from .compare.verify import _Model
 
     return corner_feeds(_Model(src), built.profiles, seed)
 
@@ -247,8 +247,8 @@ def _tune(src, loaded, fused_path, target, passes, profile, opts, functions, val
 
 def _preflight(loaded, src: Path, out: Path, names: OutputNames, profile, plugins, precision, tactic_sources,
                timing_cache, tune: bool) -> dict[str, Any]:  # fmt: skip
-    from .trt import PRECISIONS, check_tactic_libraries, import_trt
-    from .trt_profiles import derive_profiles, model_inputs
+    from .trt.build import PRECISIONS, check_tactic_libraries, import_trt
+    from .trt.profiles import derive_profiles, model_inputs
 
     trt = import_trt()
     if precision not in PRECISIONS:

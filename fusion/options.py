@@ -110,7 +110,7 @@ def profiles(args: argparse.Namespace) -> list[dict] | None:
     groups: Sequence[Sequence[str]] | None = getattr(args, "profile", None)
     if not groups:
         return None
-    from .trt_profiles import parse_profile  # noqa: PLC0415
+    from .trt.profiles import parse_profile  # noqa: PLC0415
 
     return [parse_profile(g) for g in groups]
 
@@ -156,12 +156,12 @@ def add_extra_checks_arg(g) -> None:
         "--extra-checks",
         metavar="LIST",
         help="comma-separated extra checks beyond random inputs: 'initializers fed', 'zero-size dim', "
-        "'large mean', or none / all (default: fusion.verify.DEFAULT_EXTRA_CHECKS)",
+        "'large mean', or none / all (default: fusion.compare.verify.DEFAULT_EXTRA_CHECKS)",
     )
 
 
 def extra_checks(text: str | None):
-    from .verify import EXTRA_CHECKS  # noqa: PLC0415
+    from .compare.verify import EXTRA_CHECKS  # noqa: PLC0415
 
     if text is None:
         return True

@@ -4,7 +4,7 @@
     print(record.text())
 
 A small greedy search, every step an engine build and a timing against the unfused engine
-(both engines timed together, taking turns; :mod:`fusion.trt_timing`), with one timing cache
+(both engines timed together, taking turns; :mod:`fusion.trt.timing`), with one timing cache
 shared by every build:
 
 1. what would fuse, per pass and per group of a pass (``gemm[act]``: FCs followed by an
@@ -35,13 +35,13 @@ from typing import Any
 
 import onnx
 
-from . import model_io
-from . import passes as driver  # `passes` is the keyword that names the passes
+from .ir import model_io
+from .passes import driver  # `passes` is the keyword that names the passes
 from .api import _renamed
 from .errors import FusionError
-from .passes import PassResult
-from .rewrite import Reject
-from .rules import Rule
+from .passes.driver import PassResult
+from .rewrite.editor import Reject
+from .rewrite.rules import Rule
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +186,9 @@ class EngineBench:
     def __init__(self, original: onnx.ModelProto, *, profiles: Any, plugins: Sequence[str] = (), precision: str = "fp32",
                  tactic_sources: Any = None, timing_cache: str | None = None, workspace_mb: int | None = None,
                  repeats: int = 10, seed: int = 0, tmpdir: str | None = None):  # fmt: skip
-        from .trt_profiles import derive_profiles, model_inputs
-        from .trt_run import corner_feeds
-        from .verify import _Model
+        from .trt.profiles import derive_profiles, model_inputs
+        from .trt.run import corner_feeds
+        from .compare.verify import _Model
 
         self.original = original
         self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="fusion-tune-")
@@ -202,12 +202,12 @@ class EngineBench:
         self.unfused = None
 
     def labels(self) -> list[str]:
-        from .trt_timing import shape_labels
+        from .trt.timing import shape_labels
 
         return shape_labels(self.profiles, self.feeds, {n for p in self.profiles for n in p.shape_tensors})
 
     def _build(self, model: onnx.ModelProto, name: str):
-        from .trt import build_engine
+        from .trt.build import build_engine
 
         return build_engine(self._source(model, name), shapes=self.spec, **self.options)
 
@@ -220,14 +220,14 @@ class EngineBench:
 
     def baseline(self) -> tuple[float, list[Any]]:
         """Build the unfused engine; (build seconds, its timings)."""
-        from .trt_timing import time_engine
+        from .trt.timing import time_engine
 
         self.unfused = self._build(self.original, "unfused")
         return self.unfused.build_s, time_engine(self.unfused, self.feeds, repeats=self.repeats)
 
     def measure(self, model: onnx.ModelProto, name: str) -> tuple[float, list[Any], list[Any]]:
         """Build ``model``'s engine; (build seconds, the unfused engine's timings, its own)."""
-        from .trt_timing import time_engines
+        from .trt.timing import time_engines
 
         built = self._build(model, name)
         unfused, fused = time_engines([self.unfused, built], self.feeds, repeats=self.repeats)
@@ -279,7 +279,7 @@ def tune(
     rules = driver.rules_for(_renamed(passes, passes_, "passes_"))
     bench = EngineBench(proto, profiles=profile, plugins=plugins, precision=precision, tactic_sources=tactic_sources,
                         timing_cache=timing_cache, workspace_mb=workspace_mb, repeats=repeats)  # fmt: skip
-    from .trt import trt_version
+    from .trt.build import trt_version
 
     rec = TuneRecord(target, precision, margin, trt_version=trt_version())
     labels = bench.labels()
@@ -432,7 +432,8 @@ def add_cli_args(p) -> None:
 
 def run_cli(args) -> int:
     """``fuse --tune``: tune, write the model, print the report (text or JSON)."""
-    from . import options, report
+    from . import options
+    from .passes import text as report
 
     if not args.output:
         raise FusionError("fuse --tune needs -o OUTPUT")
@@ -447,7 +448,7 @@ def run_cli(args) -> int:
     model_io.save(res.model, args.output, source_dir=loaded_dir)
     print(report.to_json(res.result) if args.json else report.text(res.result))
     if getattr(args, "report", None):
-        from .html_report import write_report  # noqa: PLC0415
+        from .report.html import write_report  # noqa: PLC0415
 
         write_report(args.model, args.output, res.result, args.report)
     return 0

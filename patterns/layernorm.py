@@ -11,8 +11,8 @@ x * (γ / sqrt(var + eps)) + (β - mean * (γ / sqrt(var + eps))).
 
 from __future__ import annotations
 
-from fusion.pattern import Const, Op, Var
-from fusion.rules import Rule
+from fusion.match.pattern import Const, Op, Var
+from fusion.rewrite.rules import Rule
 
 from ._norm import analyze, cast, emit, kept_mean, plus_eps, reduce_mean
 

@@ -7,9 +7,9 @@ Mul(x, Pow(ms + eps, -0.5)); float Casts anywhere (LLaMA/T5 upcast to fp32 insid
 
 from __future__ import annotations
 
-from fusion.graph import producer
-from fusion.pattern import Const, Op, Var
-from fusion.rules import Reject, Rule
+from fusion.ir.graph import producer
+from fusion.match.pattern import Const, Op, Var
+from fusion.rewrite.rules import Reject, Rule
 
 from ._norm import analyze, cast, emit, kept_mean, plus_eps
 

@@ -17,8 +17,10 @@ import onnx
 import pytest
 
 import fusion
-from fusion import cli, deployment, options, trt_run, trt_timing
-from fusion import trt as ftrt
+from fusion.cli import commands as cli
+from fusion import deployment, options
+from fusion.trt import run as trt_run, timing as trt_timing
+from fusion.trt import build as ftrt
 from fusion.errors import EngineBuildError, FusionError
 from tests import trt_fake
 
@@ -38,7 +40,7 @@ def model(tmp_path) -> Path:
 
 @pytest.fixture
 def fake_trt(monkeypatch):
-    """tests/trt_fake.py as ``tensorrt`` (fusion.trt's caches restored afterwards); cuBLAS and
+    """tests/trt_fake.py as ``tensorrt`` (fusion.trt.build's caches restored afterwards); cuBLAS and
     cuDNN count as loadable unless a test says otherwise."""
 
     def install(**kw):

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from fusion.patterns import RULES
 
-from fusion import cli, docs, specs
+from fusion.cli import commands as cli
+from fusion import docs
+from fusion.rewrite import specs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

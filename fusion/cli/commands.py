@@ -26,40 +26,34 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import options
-from .errors import FusionError
+from .. import options
+from ..errors import FusionError
+from .parser import make_parser
 
 log = logging.getLogger("fusion")
-
-TARGETS = options.TARGETS
-
-
-# -- argument groups: defined once in fusion/options.py, shared by the subcommands ---------
-
-_add_fusion_args = options.add_fusion_args
-_add_output_args = options.add_output_args
 
 
 # -- subcommands ------------------------------------------------------------------------
 
 
 def cmd_fuse(args: argparse.Namespace) -> int:
-    from . import api, report
+    from .. import api
+    from ..passes import text as report
 
     if args.tune:  # build and time engines: keep what makes them faster (fusion/tuning.py)
-        from .tuning import run_cli
+        from ..tuning import run_cli
 
         return run_cli(args)
     passes = options.passes(args)
     if args.report:  # before anything is written: a bad report path must not cost the model
-        from .html_report import check_report_path  # noqa: PLC0415
+        from ..report.html import check_report_path  # noqa: PLC0415
 
         check_report_path(args.report, [p for p in (args.model, args.output) if p])
     if args.dry_run:
         result = api.inspect(args.model, passes, target=args.target, assume_constant_initializers=args.freeze_initializers)
         print(report.to_json(result) if args.json else report.text(result, dry_run=True))
         if args.report:
-            from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+            from ..report.html import write_report  # noqa: PLC0415 - optional, heavier imports
 
             write_report(args.model, None, result, args.report)  # no fused model: verify is skipped
         return 0
@@ -69,7 +63,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         original = args.model
         if args.report and _same_file(args.model, args.output):
             # In place: the report compares with (and draws) the original, so keep it.
-            from .html_report import snapshot  # noqa: PLC0415
+            from ..report.html import snapshot  # noqa: PLC0415
 
             original = keep.enter_context(snapshot(args.model))
         result = api.fuse_file(
@@ -85,7 +79,7 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         if not result.modified:
             log.info("nothing fused: %s is a copy of the input", args.output)
         if args.report:
-            from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+            from ..report.html import write_report  # noqa: PLC0415 - optional, heavier imports
 
             write_report(original, args.output, result, args.report, shown_as=args.model)
     return 0
@@ -101,7 +95,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import verify
+    from ..compare.verify import verify
 
     kwargs = {}
     if args.trt:
@@ -127,8 +121,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Fuse the embedded example models, verify them, and say where the results are."""
     from importlib import resources
 
-    from . import api, report
-    from .verify import verify
+    from .. import api
+    from ..passes import text as report
+    from ..compare.verify import verify
 
     out_dir = Path(args.output or "fusion-demo")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -147,8 +142,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from . import specs
-    from .patterns import RULES
+    from ..rewrite import specs
+    from ..patterns import RULES
 
     data = {
         "passes": sorted({r.pass_name for r in RULES}),
@@ -179,7 +174,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins_build(args: argparse.Namespace) -> int:
-    from . import plugin_lib
+    from ..plugins import library as plugin_lib
 
     lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"],
                                    trt=args.trt, tensorrt_include=args.tensorrt_include)  # fmt: skip
@@ -188,7 +183,7 @@ def cmd_plugins_build(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins_check(args: argparse.Namespace) -> int:
-    from . import plugin_lib
+    from ..plugins import library as plugin_lib
 
     problems = plugin_lib.check_library(Path(args.library))
     if problems:
@@ -200,7 +195,7 @@ def cmd_plugins_check(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from . import docs
+    from .. import docs
 
     path = Path(args.readme) if args.readme else docs.default_readme()
     if args.check:
@@ -218,7 +213,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .trt import build_engine  # noqa: PLC0415 - TensorRT is optional
+    from ..trt.build import build_engine  # noqa: PLC0415 - TensorRT is optional
 
     built = build_engine(args.model, shapes=options.profiles(args), out=args.output, **options.engine_options(args))
     info = built.summary()
@@ -235,7 +230,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from .deployment import deploy, stderr_progress  # noqa: PLC0415 - TensorRT is optional
+    from ..deployment import deploy, stderr_progress  # noqa: PLC0415 - TensorRT is optional
 
     result = deploy(
         args.model,
@@ -258,105 +253,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
-# -- parser -----------------------------------------------------------------------------
-
-
-def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m fusion", description="Fuse ONNX subgraphs into TensorRT plugin nodes.")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("fuse", help="fuse a model (or --dry-run: what would fuse, and why not)")
-    p.add_argument("model", help="input .onnx")
-    p.add_argument("-o", "--output", help="output .onnx (may equal the input: written atomically)")
-    p.add_argument("--dry-run", action="store_true", help="report matches and near-misses; write nothing")
-    p.add_argument("--report", help="also write an HTML report of every fusion to this path")
-    _add_fusion_args(p)
-    _add_output_args(p)
-    from .tuning import add_cli_args  # noqa: PLC0415
-
-    add_cli_args(p)
-    p.set_defaults(func=cmd_fuse)
-
-    p = sub.add_parser("verify", help="compare a fused model with the original")
-    p.add_argument("original")
-    p.add_argument("fused")
-    p.add_argument("--trt", action="store_true", help="run the fused model on TensorRT instead of onnxruntime")
-    g = p.add_argument_group("TensorRT (with --trt)")
-    options.add_profile_args(g, help_suffix="; inputs default to each profile's min/opt/max (default profile: spans "
-                             "the verify shapes)")  # fmt: skip
-    options.add_engine_args(g)
-    options.add_latency_arg(g, "skip building the original's engine and timing both engines (fused/unfused speed-up per shape)")
-    g = p.add_argument_group("verification")
-    options.add_shape_args(g)
-    options.add_tolerance_args(g)
-    options.add_extra_checks_arg(g)
-    _add_output_args(p)
-    p.set_defaults(func=cmd_verify)
-
-    p = sub.add_parser("demo", help="fuse and verify the embedded example models (a tiny BERT and LLaMA)")
-    p.add_argument("-o", "--output", help="directory for the fused models (default: ./fusion-demo)")
-    p.add_argument("--target", choices=TARGETS, default="plugin")
-    p.set_defaults(func=cmd_demo)
-
-    p = sub.add_parser("list", help="patterns, targets and plugin specs")
-    _add_output_args(p)
-    p.set_defaults(func=cmd_list)
-
-    p = sub.add_parser("plugins", help="build or check the plugin library")
-    psub = p.add_subparsers(dest="plugins_command", required=True, metavar="ACTION")
-    b = psub.add_parser("build", help="compile plugin_src into one shared library")
-    b.add_argument("-o", "--output", help="output directory (default: plugin_build)")
-    b.add_argument("--arch", nargs="+", help="GPU architectures (default: sm_90)")
-    b.add_argument("--trt", type=int, choices=(10, 8), default=10,
-                   help="10: IPluginV3 libfusion_plugins.so (default); 8: IPluginV2DynamicExt libfusion_plugins_trt8.so")
-    b.add_argument("--tensorrt-include", metavar="DIR",
-                   help="headers of the TensorRT to build for (else $TENSORRT_INCLUDE; --trt 8 without: our own)")
-    b.set_defaults(func=cmd_plugins_build)
-    c = psub.add_parser("check", help="compare a library's creators with the plugin specs (either flavour, no GPU needed)")
-    c.add_argument("library")
-    c.set_defaults(func=cmd_plugins_check)
-
-    p = sub.add_parser("docs", help="regenerate the README's tables from the specs, rules and CLI (or --check)")
-    p.add_argument("--check", action="store_true", help="exit 1 if the README's generated tables are out of date")
-    p.add_argument("--readme", help="README path (default: the checkout's README.md)")
-    p.set_defaults(func=cmd_docs)
-
-    p = sub.add_parser("build", help="build a TensorRT engine (needs TensorRT)")
-    _add_build_args(p)
-    p.set_defaults(func=cmd_build)
-
-    p = sub.add_parser("deploy", help="fuse, build the engine, verify it at the profile's min/opt/max, time it "
-                       "against the unfused engine, report (needs TensorRT)")  # fmt: skip
-    _add_deploy_args(p)
-    p.set_defaults(func=cmd_deploy)
-    return parser
-
-
-def _add_build_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model")
-    p.add_argument("-o", "--output", required=True, help="engine file")
-    g = p.add_argument_group("TensorRT")
-    options.add_profile_args(g, legacy_shapes=True)
-    options.add_engine_args(g)
-    _add_output_args(p)
-
-
-def _add_deploy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="input .onnx")
-    p.add_argument("-o", "--output", required=True, metavar="OUTDIR",
-                   help="directory for NAME.fused.onnx, NAME.fused.engine, NAME.report.html and NAME.deploy.json "
-                   "(made if absent; written in a temporary folder beside it, then moved)")  # fmt: skip
-    _add_fusion_args(p)
-    g = p.add_argument_group("TensorRT")
-    options.add_profile_args(g, help_suffix=" (required where the model has dynamic inputs)")
-    options.add_engine_args(g)
-    g.add_argument("--tune", action="store_true", help="keep only the fusions that make the engine faster (fusion.tune)")
-    options.add_latency_arg(g, "skip building the unfused engine and timing both")
-    g = p.add_argument_group("verification (at each profile's min, opt and max)")
-    options.add_tolerance_args(g)
-    _add_output_args(p)
+def _handler(func):
+    """A handler the parser names as a string (so parser.py imports no handler)."""
+    return globals()[func] if isinstance(func, str) else func
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -367,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in options.deprecation_warnings(args):
         log.warning("%s", note)
     try:
-        return int(args.func(args) or 0)
+        return int(_handler(args.func)(args) or 0)
     except FusionError as e:
         if args.debug:
             raise

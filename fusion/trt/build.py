@@ -20,15 +20,15 @@ from typing import Any
 
 import onnx
 
-from . import model_io
-from .errors import EngineBuildError
-from .trt_inspect import (
+from ..ir import model_io
+from ..errors import EngineBuildError
+from .inspect import (
     PluginLayer,
     engine_plugin_count,
     network_plugin_layers,
     parser_errors,
 )
-from .trt_profiles import InputInfo, ProfileShapes, derive_profiles, model_inputs
+from .profiles import InputInfo, ProfileShapes, derive_profiles, model_inputs
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def build_engine(
 ) -> BuiltEngine:
     """Build a TensorRT engine from an ONNX model (path, bytes or ModelProto).
 
-    ``shapes``: the optimization profile(s), see :mod:`fusion.trt_profiles` (a mapping of input or
+    ``shapes``: the optimization profile(s), see :mod:`fusion.trt.profiles` (a mapping of input or
     dim names to ranges, or a list of them).  ``plugins``: libraries loaded before parsing.
     ``precision``: "fp32" (TF32 off: fp32 means fp32), "tf32" or "fp16".  ``tactic_sources``:
     None keeps TensorRT's defaults; [] or 0 allows none (no cuBLAS/cuDNN tactics); else names

@@ -1,7 +1,7 @@
 """A self-contained HTML report of a fusion run: ``python -m fusion fuse ... --report r.html``.
 
 Per fusion: the matched subgraph of the original model and the node(s) that replaced it, each
-drawn as inline SVG (fusion.svg_graph), and the emitted nodes' attributes; then the
+drawn as inline SVG (fusion.report.svg), and the emitted nodes' attributes; then the
 near-misses with their reasons and the verification table (fusion.verify on the written
 model, or why it could not run).  One file, no scripts, no external CSS/fonts/images.
 """
@@ -24,11 +24,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import model_io, specs
-from .errors import OutputError
-from .graph import ModelGraph, node_lists
-from .passes import Fusion, PassResult
-from .svg_graph import Box, elide, layered_svg
+from ..ir import model_io
+from ..rewrite import specs
+from ..errors import OutputError
+from ..ir.graph import ModelGraph, node_lists
+from ..passes.driver import Fusion, PassResult
+from .svg import Box, elide, layered_svg
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +388,7 @@ def _verify(model_path, fused_path, result: PassResult, enabled: bool):
     if not result.modified:
         return None, "nothing was fused: the output is a copy of the input"
     try:
-        from .verify import verify
+        from ..compare.verify import verify
 
         return verify(model_path, fused_path), ""
     except Exception as e:  # noqa: BLE001 - the report says why instead of failing
