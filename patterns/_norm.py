@@ -207,9 +207,9 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
             return None
         return _proven_dim(g, node.inputs[0], perm[axis] - len(perm), node.scope, depth - 1, assume, memo)
     if node.op == "MatMul" and axis in (-1, -2) and len(node.inputs) == 2:
-        # Operands of rank >= 2 (both have a dim -2): rows come from a, columns from b (P @ V).
+        # Operands of rank >= 2: rows come from a, columns from b (P @ V).
         a, b = node.inputs
-        if all(_proven_dim(g, v, -2, node.scope, depth - 1, assume, memo) is not None for v in (a, b)):
+        if all(_rank_at_least_2(g, v, depth - 1, memo) for v in (a, b)):
             return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume, memo)
     if node.op == "If" and len(node.subgraphs) == 2:
         dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume, memo) for b in node.subgraphs.values()}
@@ -222,6 +222,48 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
         step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, id(body.inputs[2 + i]): d}, memo)
         return d if step == d else None
     return None
+
+
+def _rank_at_least_2(g, t: Tensor, depth: int, memo: dict) -> bool:
+    """Whether ``t`` has rank >= 2 whatever the graph's inputs are (its dims may be unknown: a
+    symbolic sequence length is still a dim)."""
+    key = ("rank", id(t))
+    hit = memo.get(key)
+    if hit is not None and (hit[0] or hit[1] >= depth):
+        return hit[0]
+    memo[key] = (False, depth)  # (a cycle proves nothing)
+    found = _prove_rank_at_least_2(g, t, depth, memo)
+    memo[key] = (found, depth)
+    return found
+
+
+def _prove_rank_at_least_2(g, t: Tensor, depth: int, memo: dict) -> bool:
+    shape = g.fixed_shape(t)
+    if shape is None:
+        shape = g.shape(t, infer=False)
+    if shape is not None:
+        return len(shape) >= 2
+    node = producer(t)
+    if depth == 0 or node is None or not node.inputs:
+        return False
+    i = next((k for k, o in enumerate(node.outputs) if o is t), 0)
+    if node.op in _SAME_SHAPE:
+        return _rank_at_least_2(g, node.inputs[0], depth - 1, memo)
+    if node.op in _BROADCAST:  # the result has the largest rank among the operands
+        return any(_rank_at_least_2(g, v, depth - 1, memo) for v in node.inputs if v.name)
+    if node.op == "MatMul" and len(node.inputs) == 2:
+        return all(_rank_at_least_2(g, v, depth - 1, memo) for v in node.inputs)
+    if node.op == "Transpose" and node.attrs.get("perm") is not None:
+        return len(node.attrs["perm"]) >= 2
+    if node.op == "If" and len(node.subgraphs) == 2:
+        return all(i < len(b[0].outputs) and _rank_at_least_2(g, b[0].outputs[i], depth - 1, memo) for b in node.subgraphs.values())
+    if node.op == "Loop" and "body" in node.subgraphs and i < len(node.inputs) - 2:
+        # A carried value: its initial value's, or after a pass, the body's output's.
+        body = node.subgraphs["body"][0]
+        return len(body.outputs) > 1 + i and all(
+            _rank_at_least_2(g, v, depth - 1, memo) for v in (node.inputs[2 + i], body.outputs[1 + i])
+        )
+    return False
 
 
 def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int, memo: dict) -> int | None:

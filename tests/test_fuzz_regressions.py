@@ -175,19 +175,21 @@ def test_a_cast_feeding_a_fused_node_is_not_the_end_of_another_chain():
     np.testing.assert_allclose(run(model, feeds)[0].astype(np.float32), run(once.model, feeds)[0].astype(np.float32), atol=2e-2, rtol=2e-2)
 
 
-def test_normalized_dim_proven_through_a_chain_of_attention_blocks():
+@pytest.mark.parametrize("seq", [3, "S"])
+def test_normalized_dim_proven_through_a_chain_of_attention_blocks(seq):
     """_norm._proven_dim: after a Loop (its output unshaped) and three attention products, γ's
-    size along the normalized axis was not proven equal to x's (the MatMuls ask about both
-    operands: the depth budget of 12 ran out) and the LayerNorm was refused.  Memoized, the
-    proof goes deeper at linear cost."""
+    size along the normalized axis was not proven equal to x's and the LayerNorm was refused:
+    the MatMuls ask about both operands, so the depth budget of 12 ran out (memoized, the
+    proof now goes deeper at linear cost); and with a symbolic sequence length the operands'
+    rank >= 2 was asked as a proven size of dim -2, which it never is (now: a rank proof)."""
     g = G(13)
-    x = g.input("x", FLOAT, ["B", 3, 8])
+    x = g.input("x", FLOAT, ["B", seq, 8])
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Tanh", ["v_in"], ["v_out"])],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_in", FLOAT, ["B", 3, 8])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", FLOAT, ["B", 3, 8])],
+         helper.make_tensor_value_info("v_in", FLOAT, ["B", seq, 8])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", FLOAT, ["B", seq, 8])],
     )  # fmt: skip
     h = g.op("Loop", g.const(np.array(2, np.int64)), "", x, body=body)
     for _ in range(3):  # softmax(h hᵀ / 32) h
