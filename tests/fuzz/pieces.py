@@ -71,10 +71,12 @@ class Leak:
     index: int
 
 
-# (absorb, cut) -> the (type, takes the Cast before it) of each match the library tries, in
-# order: ``absorb``: the type a Cast just before the piece reads, when the match may take that
-# Cast in; ``cut``: the next piece took this one's final Cast (see Norm.alternatives).
-Alts = Callable[[int, bool], tuple]
+# (absorb, cut, extend) -> the (type, takes the Cast before it, takes its own leading Cast)
+# of each match the library tries, in order: ``absorb``: the type a Cast just before the
+# piece reads, when the match may take that Cast in; ``cut``: the next piece took this one's
+# final Cast; ``extend``: the type the next piece's leading Cast makes, when this one may end
+# with it (see Norm.alternatives).
+Alts = Callable[[int, bool, int], tuple]
 
 
 @dataclass
@@ -102,6 +104,7 @@ class Built:
     # a norm ending in a Cast back to the model's type ends the way the next piece may take.
     takes_cast: bool = False
     ends_in_cast: int = 0  # the type that Cast reads, if so
+    leads_with_cast: int = 0  # the piece starts with a Cast of x to this type, which the previous norm may end with
 
     def alternatives(self, role: Role | None) -> Alts | None:
         """The fused node's types when ``role``'s value is also read outside (None: nothing is)."""
@@ -182,7 +185,7 @@ class Norm:
     def end_type(self, x: Value, params: int, out: int | None) -> int:
         """The type of the value a match taking up to ``params`` of γ, β ends at."""
         if not self.island:
-            return x.dtype
+            return x.dtype if out is None else out
         # The match stops before the first γ/β it cannot take; it ends at the Cast back to the
         # model's type only if that comes before where it stops.
         consumed = params
@@ -219,17 +222,17 @@ class Norm:
         for an RMS norm whose input is cast, the one that starts after that Cast).  Returns
         (the fused node's type, whether it took the Cast before x) for each the plugin target
         accepts."""
-        own_cast = self.kind == "rms" and self.island and t_in is None
+        own_cast = bool(self.kind == "rms" and self.island and t_in is None)
         out = []
         for p, o in reversed(ends):
             if not self._count(x, p):
                 continue
             if absorb and t_in is None and not own_cast:
-                out.append((self.node_type(x, p, o, where, absorb), True))
-            out.append((self.node_type(x, p, o, where, t_in), False))
+                out.append((self.node_type(x, p, o, where, absorb), True, False))
+            out.append((self.node_type(x, p, o, where, t_in), False, own_cast))
             if own_cast:
-                out.append((self.node_type(x, p, o, where, self.island), False))
-        return tuple((t, a) for t, a in out if t is not None)
+                out.append((self.node_type(x, p, o, where, self.island), False, False))
+        return tuple(e for e in out if e[0] is not None)
 
     def _count(self, x: Value, params: int = 2) -> int:
         if self.trap != "none" or self.eps == "input" or self.restore in ("none", "wrong"):
@@ -388,12 +391,20 @@ class Norm:
         final = cast[1] if cast is not None and cast[0] == y else None
 
         def alts(upto: list, t_in: int | None = None) -> Alts:
-            def f(absorb: int = 0, cut: bool = False) -> tuple:
+            def f(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
                 e = [p for p in upto if not (cut and p is final)]
+                if extend and upto is whole and reaches:  # the next piece's Cast of x, as its end
+                    e.append((e[-1][0], extend))
                 return self.alternatives(x, e, where, t_in, absorb)
 
             return f
 
+        whole = list(ends)
+        # The match reaches the piece's last node unless a γ/β it cannot take stops it.
+        reaches = final is None and all(
+            how in ("none", "const") and not (x.known == NONE and len(self.param_shape(x.shape)) > len(axes))
+            for how in (self.gamma, self.beta if self.kind == "layer" else "none")
+        )
         for r in roles:
             if r.ends is not None:
                 r.alts = alts(r.ends)
@@ -401,8 +412,10 @@ class Norm:
             cast_role.alts = alts(list(ends), ct)
         built = Built(Value(y, mt, shape, x.known), self.rule, self.count(x, where=where), roles)
         built.op = "FusedLayerNorm" if self.kind == "layer" else "FusedRMSNorm"
-        built.alts = alts(list(ends))
+        built.alts = alts(whole)
         built.takes_cast = self.kind == "layer" or not self.island
+        # An RMS norm's leading Cast reads x alone: the previous norm may end with it.
+        built.leads_with_cast = self.island if self.kind == "rms" and self.island and self.trap != "center_axis" else 0
         built.ends_in_cast = self.island if final is not None else 0
         return built
 
@@ -480,11 +493,15 @@ class TFNorm:
         else:
             y = c.op("Sub", xs, ms)
         role(y, shape, POST)
-        def alts(absorb: int = 0, cut: bool = False) -> tuple:
+        def alts(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
             if where == "function":  # (untyped: cast to the chain's type)
-                return ((t, bool(absorb)),)
-            took = wider(absorb, t) if absorb else 0
-            return (((took, True),) if took and took != DOUBLE else ()) + ((t, False),)
+                return ((t, bool(absorb), False),)
+            out = []
+            for end in ((extend,) if extend else ()) + (t,):
+                if absorb:
+                    out.append((wider(absorb, t, end), True, False))
+                out.append((wider(t, end), False, False))
+            return tuple(e for e in out if e[0] != DOUBLE)
 
         return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles, op="FusedLayerNorm", alts=alts, takes_cast=True)
 

@@ -81,13 +81,18 @@ def build_sequence(c: Container, x: Value, steps: tuple, where: str) -> tuple[Va
     counts: dict[str, int] = {}
     prev = None
     cast: Cast | None = None  # x is the previous piece's final Cast
-    prev_cast: Cast | None = None  # prev (the previous piece's input) is a final Cast
+    prev_cast: Cast | None = None  # prev (the previous piece's input) is one
+    lead: Lead | None = None  # the previous piece started with a Cast of prev
+    last: tuple | None = None  # the previous piece: (its unit, whether its output is read elsewhere)
     for glue, piece in steps:
         glued = _glue(c, glue, x, prev)
         if glued.name != x.name:
-            if glue == "residual" and prev_cast is not None:
-                prev_cast.free = False  # the residual Add reads it too
+            if glue == "residual":  # the Add reads prev too
+                for p in (prev_cast, lead):
+                    if p is not None:
+                        p.free = False
             cast = None  # the glue reads x, the piece the glue's output
+        follows = last is not None and glued.name == x.name and not last[1]  # x: the previous output, read by this piece only
         x = glued
         prev, prev_cast = x, cast
         built: Built = piece.build(c, x, where)
@@ -95,15 +100,21 @@ def build_sequence(c: Container, x: Value, steps: tuple, where: str) -> tuple[Va
         n, alts, leaked = built.count, built.alts, None
         if piece.leak is not None and where == "main":
             n, alts, leaked = _leak(c, piece.leak, built)
+        # A piece starting with a Cast of x alone: the previous norm may end with that Cast.
+        lead = Lead(built.leads_with_cast) if built.leads_with_cast and follows else None
+        if lead is not None and last[0] is not None:
+            last[0].lead = lead
         unit = None
         if built.rule and n:
             counts[built.rule] = counts.get(built.rule, 0) + n
             if built.op:
-                unit = Unit(built.rule, built.op, alts, cast if built.takes_cast else None)
+                unit = Unit(built.rule, built.op, alts, cast if built.takes_cast else None, own_lead=lead)
                 c.units.append(unit)
         cast = Cast(built.ends_in_cast, unit) if built.ends_in_cast else None
-        if cast is not None and leaked is not None and leaked.value.name == built.y.name:
+        read = leaked is not None and leaked.value.name == built.y.name
+        if cast is not None and read:
             cast.free = False  # read elsewhere: no match may take it in
+        last = (unit, read)
         for r, k in built.inner.items():
             counts[r] = counts.get(r, 0) + k
         x = built.y
@@ -128,6 +139,18 @@ class Unit:
     alts: object  # pieces.Alts
     cast: Cast | None = None  # a Cast before it that it may take in
     cut: bool = False  # the next piece took this one's final Cast in
+    lead: "Lead | None" = None  # the next piece's leading Cast, which it may end with
+    own_lead: "Lead | None" = None  # its own leading Cast, which the previous piece may end with
+
+
+@dataclass
+class Lead:
+    """An RMS norm's leading Cast of x (the previous piece's output), which the previous norm
+    may take as its final Cast unless the RMS norm's own match takes it."""
+
+    makes: int  # the type it casts to
+    free: bool = True  # x read by nothing else (no residual after)
+    claimed: bool = False  # the RMS norm's fusion took it
 
 
 def _leak(c: Container, leak: Leak, built: Built) -> tuple[int, object, object]:
@@ -183,15 +206,19 @@ def admitted(mb: ModelBuilder, counts: dict[str, int]) -> dict[str, int]:
     for scope in mb.main.scopes() + [s for f in mb.function_bodies for s in f.scopes()]:
         for u in reversed(scope.units):
             absorb = u.cast.reads if u.cast is not None and u.cast.free else 0
-            tries = u.alts(absorb, u.cut)
+            extend = u.lead.makes if u.lead is not None and u.lead.free and not u.lead.claimed else 0
+            tries = u.alts(absorb, u.cut, extend)
             if not tries:
                 raise ValueError(f"generator bug: {u.rule} expected to fuse, but no match the plugin target takes")
             t = baked.setdefault(u.op, tries[0][0])
-            took = next((a for tt, a in tries if tt == t), None)
+            took = next((e for e in tries if e[0] == t), None)
             if took is None:
                 counts[u.rule] -= 1
-            elif took and u.cast.unit is not None:
+                continue
+            if took[1] and u.cast.unit is not None:
                 u.cast.unit.cut = True
+            if u.own_lead is not None:
+                u.own_lead.claimed = took[2]
     return {r: n for r, n in counts.items() if n}
 
 
