@@ -209,7 +209,7 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
     if node.op == "MatMul" and axis in (-1, -2) and len(node.inputs) == 2:
         # Operands of rank >= 2: rows come from a, columns from b (P @ V).
         a, b = node.inputs
-        if all(_rank_at_least_2(g, v, depth - 1, memo) for v in (a, b)):
+        if all(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in (a, b)):
             return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume, memo)
     if node.op == "If" and len(node.subgraphs) == 2:
         dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume, memo) for b in node.subgraphs.values()}
@@ -224,7 +224,7 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
     return None
 
 
-def _rank_at_least_2(g, t: Tensor, depth: int, memo: dict) -> bool:
+def _rank_at_least_2(g, t: Tensor, depth: int, memo: dict, scope=None) -> bool:
     """Whether ``t`` has rank >= 2 whatever the graph's inputs are (its dims may be unknown: a
     symbolic sequence length is still a dim)."""
     key = ("rank", id(t))
@@ -232,27 +232,39 @@ def _rank_at_least_2(g, t: Tensor, depth: int, memo: dict) -> bool:
     if hit is not None and (hit[0] or hit[1] >= depth):
         return hit[0]
     memo[key] = (False, depth)  # (a cycle proves nothing)
-    found = _prove_rank_at_least_2(g, t, depth, memo)
+    found = _prove_rank_at_least_2(g, t, scope, depth, memo)
     memo[key] = (found, depth)
     return found
 
 
-def _prove_rank_at_least_2(g, t: Tensor, depth: int, memo: dict) -> bool:
+def _prove_rank_at_least_2(g, t: Tensor, scope, depth: int, memo: dict) -> bool:
     shape = g.fixed_shape(t)
     if shape is None:
         shape = g.shape(t, infer=False)
     if shape is not None:
         return len(shape) >= 2
     node = producer(t)
-    if depth == 0 or node is None or not node.inputs:
+    if depth == 0:
+        return False
+    if node is None:  # a model-local function's input: what every caller passes
+        if scope is None or not scope.is_function or t.name not in scope.proto.input:
+            return False
+        index = list(scope.proto.input).index(t.name)
+        key = (scope.proto.domain, scope.proto.name)
+        calls = [(n, s) for s in g.scopes for n in s.ir.nodes if (n.domain, n.op) == key]
+        return bool(calls) and all(
+            index < len(n.inputs) and n.inputs[index].name and _rank_at_least_2(g, n.inputs[index], depth - 1, memo, s)
+            for n, s in calls
+        )
+    if not node.inputs:
         return False
     i = next((k for k, o in enumerate(node.outputs) if o is t), 0)
     if node.op in _SAME_SHAPE:
-        return _rank_at_least_2(g, node.inputs[0], depth - 1, memo)
+        return _rank_at_least_2(g, node.inputs[0], depth - 1, memo, node.scope)
     if node.op in _BROADCAST:  # the result has the largest rank among the operands
-        return any(_rank_at_least_2(g, v, depth - 1, memo) for v in node.inputs if v.name)
+        return any(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in node.inputs if v.name)
     if node.op == "MatMul" and len(node.inputs) == 2:
-        return all(_rank_at_least_2(g, v, depth - 1, memo) for v in node.inputs)
+        return all(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in node.inputs)
     if node.op == "Transpose" and node.attrs.get("perm") is not None:
         return len(node.attrs["perm"]) >= 2
     if node.op == "If" and len(node.subgraphs) == 2:
@@ -261,7 +273,7 @@ def _prove_rank_at_least_2(g, t: Tensor, depth: int, memo: dict) -> bool:
         # A carried value: its initial value's, or after a pass, the body's output's.
         body = node.subgraphs["body"][0]
         return len(body.outputs) > 1 + i and all(
-            _rank_at_least_2(g, v, depth - 1, memo) for v in (node.inputs[2 + i], body.outputs[1 + i])
+            _rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in (node.inputs[2 + i], body.outputs[1 + i])
         )
     return False
 
