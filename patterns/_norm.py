@@ -83,6 +83,7 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     """Check a structural match of a norm and describe it; raise Reject with the reason."""
     g = ctx.graph
     x = m["x"]
+    _check_not_an_input_cast(m.root)
     # x, γ and β go to the fused node as inputs; everything else (eps, axes, exponents) is baked.
     check_overridable(g, m, ("x", "gamma", "beta"))
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
@@ -140,13 +141,28 @@ _SAME_SHAPE = frozenset({
 _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min"})
 
 
-def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 12, assume: dict | None = None) -> int | None:
+def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 48, assume: dict | None = None, memo: dict | None = None) -> int | None:
     """The size of ``t`` (in ``scope``) along negative ``axis`` whatever the graph's inputs are,
     where the graph forces it: an annotation, a constant, an op broadcasting with an operand of
     that size (the residual Add with a bias before a LayerNorm), a MatMul or Gemm with a fixed
     weight; for a function's input, the same size at every call; for a Loop's carried value,
-    its initial size if the body keeps it (by induction: ``assume`` holds the hypothesis)."""
+    its initial size if the body keeps it (by induction: ``assume`` holds the hypothesis).
+
+    ``memo`` (per question) keeps what was proven and what could not be at a given depth, so
+    that a chain of attention blocks, whose MatMuls each ask about both operands, costs time
+    linear in the graph rather than exponential in ``depth``."""
     assume = assume or {}
+    memo = {} if memo is None else memo
+    key = (id(t), axis, tuple(sorted(assume.items())))
+    hit = memo.get(key)
+    if hit is not None and (hit[0] is not None or hit[1] >= depth):
+        return hit[0]
+    found = _prove_dim(g, t, axis, scope, depth, assume, memo)
+    memo[key] = (found, depth)
+    return found
+
+
+def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: dict) -> int | None:
     if id(t) in assume:
         return assume[id(t)]
     shape = g.fixed_shape(t)
@@ -161,21 +177,21 @@ def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 12, assume: dict | 
         return None
     node = producer(t)
     if node is None:
-        return _proven_at_calls(g, t, axis, scope, depth - 1)
+        return _proven_at_calls(g, t, axis, scope, depth - 1, memo)
     i = next((k for k, o in enumerate(node.outputs) if o is t), None)
     if node.domain not in ("", "ai.onnx"):
         # A call of a model-local function: what its body forces on that output.
         f = next((s for s in g.scopes if s.is_function and (s.proto.domain, s.proto.name) == (node.domain, node.op)), None)
         if f is None or i is None or i >= len(f.ir.outputs):
             return None
-        return _proven_dim(g, f.ir.outputs[i], axis, f, depth - 1, {})
+        return _proven_dim(g, f.ir.outputs[i], axis, f, depth - 1, {}, memo)
     if not node.inputs:
         return None
     if node.op in _SAME_SHAPE:
-        return _proven_dim(g, node.inputs[0], axis, node.scope, depth - 1, assume)
+        return _proven_dim(g, node.inputs[0], axis, node.scope, depth - 1, assume, memo)
     if node.op in _BROADCAST:
         # The result has the one size other than 1 among the operands (or the op fails).
-        dims = [_proven_dim(g, i, axis, node.scope, depth - 1, assume) for i in node.inputs]
+        dims = [_proven_dim(g, i, axis, node.scope, depth - 1, assume, memo) for i in node.inputs]
         known = [d for d in dims if d is not None and d != 1]
         if known:
             return known[0]
@@ -189,26 +205,80 @@ def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 12, assume: dict | 
         perm = list(node.attrs["perm"])
         if -axis > len(perm):
             return None
-        return _proven_dim(g, node.inputs[0], perm[axis] - len(perm), node.scope, depth - 1, assume)
+        return _proven_dim(g, node.inputs[0], perm[axis] - len(perm), node.scope, depth - 1, assume, memo)
     if node.op == "MatMul" and axis in (-1, -2) and len(node.inputs) == 2:
-        # Operands of rank >= 2 (both have a dim -2): rows come from a, columns from b (P @ V).
+        # Operands of rank >= 2: rows come from a, columns from b (P @ V).
         a, b = node.inputs
-        if all(_proven_dim(g, v, -2, node.scope, depth - 1, assume) is not None for v in (a, b)):
-            return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume)
+        if all(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in (a, b)):
+            return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume, memo)
     if node.op == "If" and len(node.subgraphs) == 2:
-        dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume) for b in node.subgraphs.values()}
+        dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume, memo) for b in node.subgraphs.values()}
         return dims.pop() if len(dims) == 1 else None
     if node.op == "Loop" and "body" in node.subgraphs and i < len(node.inputs) - 2:
         body = node.subgraphs["body"][0]
-        d = _proven_dim(g, node.inputs[2 + i], axis, node.scope, depth - 1, assume)
+        d = _proven_dim(g, node.inputs[2 + i], axis, node.scope, depth - 1, assume, memo)
         if d is None or len(body.inputs) != len(node.inputs) or len(body.outputs) <= 1 + i:
             return None
-        step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, id(body.inputs[2 + i]): d})
+        step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, id(body.inputs[2 + i]): d}, memo)
         return d if step == d else None
     return None
 
 
-def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int) -> int | None:
+def _rank_at_least_2(g, t: Tensor, depth: int, memo: dict, scope=None) -> bool:
+    """Whether ``t`` has rank >= 2 whatever the graph's inputs are (its dims may be unknown: a
+    symbolic sequence length is still a dim)."""
+    key = ("rank", id(t))
+    hit = memo.get(key)
+    if hit is not None and (hit[0] or hit[1] >= depth):
+        return hit[0]
+    memo[key] = (False, depth)  # (a cycle proves nothing)
+    found = _prove_rank_at_least_2(g, t, scope, depth, memo)
+    memo[key] = (found, depth)
+    return found
+
+
+def _prove_rank_at_least_2(g, t: Tensor, scope, depth: int, memo: dict) -> bool:
+    shape = g.fixed_shape(t)
+    if shape is None:
+        shape = g.shape(t, infer=False)
+    if shape is not None:
+        return len(shape) >= 2
+    node = producer(t)
+    if depth == 0:
+        return False
+    if node is None:  # a model-local function's input: what every caller passes
+        if scope is None or not scope.is_function or t.name not in scope.proto.input:
+            return False
+        index = list(scope.proto.input).index(t.name)
+        key = (scope.proto.domain, scope.proto.name)
+        calls = [(n, s) for s in g.scopes for n in s.ir.nodes if (n.domain, n.op) == key]
+        return bool(calls) and all(
+            index < len(n.inputs) and n.inputs[index].name and _rank_at_least_2(g, n.inputs[index], depth - 1, memo, s)
+            for n, s in calls
+        )
+    if not node.inputs:
+        return False
+    i = next((k for k, o in enumerate(node.outputs) if o is t), 0)
+    if node.op in _SAME_SHAPE:
+        return _rank_at_least_2(g, node.inputs[0], depth - 1, memo, node.scope)
+    if node.op in _BROADCAST:  # the result has the largest rank among the operands
+        return any(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in node.inputs if v.name)
+    if node.op == "MatMul" and len(node.inputs) == 2:
+        return all(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in node.inputs)
+    if node.op == "Transpose" and node.attrs.get("perm") is not None:
+        return len(node.attrs["perm"]) >= 2
+    if node.op == "If" and len(node.subgraphs) == 2:
+        return all(i < len(b[0].outputs) and _rank_at_least_2(g, b[0].outputs[i], depth - 1, memo) for b in node.subgraphs.values())
+    if node.op == "Loop" and "body" in node.subgraphs and i < len(node.inputs) - 2:
+        # A carried value: its initial value's, or after a pass, the body's output's.
+        body = node.subgraphs["body"][0]
+        return len(body.outputs) > 1 + i and all(
+            _rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in (node.inputs[2 + i], body.outputs[1 + i])
+        )
+    return False
+
+
+def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int, memo: dict) -> int | None:
     """A model-local function's input: the size its every caller passes, if they agree."""
     if scope is None or not scope.is_function or t.name not in scope.proto.input:
         return None
@@ -221,7 +291,7 @@ def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int) -> int | None:
                 continue
             if index >= len(n.inputs) or not n.inputs[index].name:
                 return None
-            found.add(_proven_dim(g, n.inputs[index], axis, s, depth, {}))
+            found.add(_proven_dim(g, n.inputs[index], axis, s, depth, {}, memo))
             if len(found) > 1 or None in found:
                 return None
     return found.pop() if found else None
@@ -298,6 +368,20 @@ def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str, proven=lambd
 
 
 # -- rewrite ----------------------------------------------------------------------------
+
+
+def _check_not_an_input_cast(root: Node) -> None:
+    """A Cast read only by custom nodes of ours is how an earlier fusion fed its node (emit
+    casts x to the type the node computes in): it belongs to that fusion.  Ending a chain
+    there would fuse, on a second run, a chain the first run refused, and give it another type."""
+    if root.op != "Cast" or root.scope is None or root.outputs[0].name in root.scope.output_names:
+        return
+    readers = root.outputs[0].outputs
+    if readers and all((n.domain, n.op) in _OURS for n in readers):
+        raise Reject(f"Cast {root.name!r} feeds fused node {readers[0].name!r}: it belongs to that fusion")
+
+
+_OURS = {(s.domain, s.op_type) for s in specs.SPECS}
 
 
 def compute_types(g, m: Match) -> frozenset:

@@ -45,7 +45,7 @@ def test_fused_models_keep_every_property(spec):
     if not case.expected:
         event("expected nothing to fuse")
     try:
-        result = properties.check(case)
+        properties.check(case)
     except properties.GeneratorBug:
         raise  # a bug in tests/fuzz: nothing to save
     except Exception as e:
@@ -53,8 +53,8 @@ def test_fused_models_keep_every_property(spec):
             path = properties.save_regression(case, e)
             note(f"saved the failing model as {path} (commit it: tests/test_regressions.py replays it)")
         raise
-    if result.warnings:
-        event("no function body at this opset: outputs not compared")
+    if case.bare is not None and case.bare != case.expected:
+        event("refused: no function body serves both element types below opset 15")
 
 
 @pytest.mark.parametrize("family", TROUBLE_FAMILIES)

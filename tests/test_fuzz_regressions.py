@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 import fusion
 from fusion.ir.graph import node_lists
 
-from .builders import DOUBLE, FLOAT, G, reduce_mean, run
+from .builders import DOUBLE, FLOAT, FLOAT16, G, reduce_mean, run
 from .test_scopes import _ln_nodes
 
 
@@ -144,3 +144,72 @@ def test_cli_fuses_a_function_body_without_functions(tmp_path, functions):
     args = ["fuse", str(src), "-o", str(dst)] + ([] if functions else ["--no-functions"])
     assert main(args) == 0
     assert onnx.load(str(dst)).functions[0].node[-1].op_type == "FusedLayerNorm"
+
+
+def test_a_cast_feeding_a_fused_node_is_not_the_end_of_another_chain():
+    """_norm.analyze: below opset 15 an fp16 LayerNorm next to one that ends in fp32 (γ a graph
+    input, so it stays outside) is refused: one body cannot serve both types.  The fused node
+    reads x through a Cast to fp32 it emits; a second run matched the refused chain ending at
+    that Cast (fp32 then: admitted), so fusing twice differed from fusing once."""
+    g = G(13)
+    x = g.input("x", FLOAT16, ["B", 16])
+    c = g.op("Sub", x, reduce_mean(g, x, [-1]))
+    s = g.op("Sqrt", g.op("Add", reduce_mean(g, g.op("Mul", c, c), [-1]), g.const(1e-5, dtype=np.float16)))
+    h = g.op("Add", g.op("Mul", g.op("Div", c, s), g.const(np.full(16, 2.0, np.float16))), g.const(np.full(16, 0.5, np.float16)))
+    d = g.op("Cast", g.op("Sub", h, reduce_mean(g, h, [-1])), to=FLOAT)
+    var = reduce_mean(g, g.op("Mul", d, d), [-1])
+    n = g.op("Div", d, g.op("Sqrt", g.op("Add", var, g.const(1e-5))))
+    g.inputs.append(helper.make_tensor_value_info("gamma", FLOAT, [16]))
+    y = g.op("Cast", g.op("Mul", n, "gamma"), to=FLOAT16)
+    g.output(y, FLOAT16, ["B", 16])
+    model = g.model()
+
+    once = fusion.run(model)
+    assert once.counts() == {"layernorm": 1}
+    again = fusion.run(once.model)
+    assert not again.fusions, [f.root for f in again.fusions]
+    assert any("feeds fused node" in m.reason and "it belongs to that fusion" in m.reason for m in again.near_misses), again.near_misses
+    assert again.model.SerializeToString() == once.model.SerializeToString()
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 16)).astype(np.float16), "gamma": (rng.standard_normal(16) * 0.5 + 1).astype(np.float32)}
+    np.testing.assert_allclose(run(model, feeds)[0].astype(np.float32), run(once.model, feeds)[0].astype(np.float32), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("seq", [3, "S"])
+def test_normalized_dim_proven_through_a_chain_of_attention_blocks(seq):
+    """_norm._proven_dim: after a Loop (its output unshaped) and three attention products, γ's
+    size along the normalized axis was not proven equal to x's and the LayerNorm was refused:
+    the MatMuls ask about both operands, so the depth budget of 12 ran out (memoized, the
+    proof now goes deeper at linear cost); and with a symbolic sequence length the operands'
+    rank >= 2 was asked as a proven size of dim -2, which it never is (now: a rank proof)."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", seq, 8])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Tanh", ["v_in"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", FLOAT, ["B", seq, 8])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", FLOAT, ["B", seq, 8])],
+    )  # fmt: skip
+    h = g.op("Loop", g.const(np.array(2, np.int64)), "", x, body=body)
+    for _ in range(3):  # softmax(h hᵀ / 32) h
+        s = g.op("Softmax", g.op("Div", g.op("MatMul", h, g.op("Transpose", h, perm=[0, 2, 1])), g.const(32.0)), axis=-1)
+        h = g.op("Tanh", g.op("MatMul", s, h))
+    y = _layernorm(g, h, gamma=g.const(np.full(8, 2.0, np.float32)))
+    g.output(y, FLOAT)
+    model = g.model()
+    result = fusion.run(model, ["layernorm"])
+    assert result.counts() == {"layernorm": 1}, [m.reason for m in result.near_misses]
+    xs = {"x": np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)}
+    np.testing.assert_allclose(run(model, xs)[0], run(result.model, xs)[0], atol=1e-4)
+
+
+def test_normalized_dim_of_an_unshaped_input_stays_unproven_without_evidence():
+    """The negative: a size nothing forces (a graph input's symbolic dim) is not proven."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 3, "H"])
+    y = _layernorm(g, g.op("Tanh", x), gamma=g.const(np.full(8, 2.0, np.float32)))
+    g.output(y, FLOAT)
+    result = fusion.run(g.model(), ["layernorm"])
+    assert not result.fusions
+    assert any("cannot prove they are equal" in m.reason for m in result.near_misses), result.near_misses

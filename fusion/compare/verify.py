@@ -47,10 +47,8 @@ INITIALIZERS = "initializers fed"
 ZERO_SIZE = "zero-size dim"
 LARGE_MEAN = "large mean"
 EXTRA_CHECKS = (INITIALIZERS, ZERO_SIZE, LARGE_MEAN)
-# What verify(extra_checks=True) runs.  ZERO_SIZE waits for issue 16 defect 6 (fused Reshapes
-# and zero-size dims, fixed on another branch): on until then, it fails every dynamic-shape
-# norm this library fuses.  After that merge: DEFAULT_EXTRA_CHECKS = EXTRA_CHECKS.
-DEFAULT_EXTRA_CHECKS = (INITIALIZERS, LARGE_MEAN)
+# What verify(extra_checks=True) runs: all of them.
+DEFAULT_EXTRA_CHECKS = EXTRA_CHECKS
 EXTRA_DIM_VALUE = 3  # the other dynamic dims at the extra checks' shape points
 MAX_ZERO_DIMS = 2  # zero-size points: one per dim name, for the first few names
 # x = c + N(0, s) per float input type: c/s large enough that an fp32 body of a float64

@@ -109,6 +109,7 @@ class ModelBuilder:
         self.outputs: list[onnx.ValueInfoProto] = []
         self.feeds: list[Feed] = []
         self.functions: list[onnx.FunctionProto] = []
+        self.function_bodies: list["Container"] = []  # the containers of self.functions, in order
         self.expected: dict[str, int] = {}
 
     def fresh(self, hint: str) -> str:
@@ -142,13 +143,27 @@ class ModelBuilder:
 class Container:
     """A node list under construction: the main graph, a body (If/Loop) or a function."""
 
-    def __init__(self, mb: ModelBuilder, kind: str, outer_consts: bool = False):
+    def __init__(self, mb: ModelBuilder, kind: str, outer_consts: bool = False, parent: "Container | None" = None):
         self.mb = mb
         self.kind = kind  # graph | body | function
         self.outer_consts = outer_consts  # a body whose constants live in the main graph
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._cache: dict[tuple, str] = {}
+        # The library scans scopes in this order (graph.ModelGraph.from_proto): a node list,
+        # then the bodies of its nodes in node order, then the model's functions.
+        self.bodies: list[Container] = []
+        if parent is not None:
+            parent.bodies.append(self)
+        elif kind == "function":
+            mb.function_bodies.append(self)
+        # The fusions expected here, in node order: (rule, custom op, the element types its
+        # node may take, preferred first) -- see spec.admitted.
+        self.units: list[tuple[str, str, tuple]] = []
+
+    def scopes(self) -> list["Container"]:
+        """This container and the bodies in it, in the order the library scans them."""
+        return [self] + [s for b in self.bodies for s in b.scopes()]
 
     @property
     def opset(self) -> int:

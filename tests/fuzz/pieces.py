@@ -27,7 +27,10 @@ library the counts model:
   back [unk, N] at opset >= 13, an If its branches' declared shapes).  Without the rank, no
   positive or non-trailing axes and no restore check; without the dims, the normalized size
   must come from the γ/β the match takes; and a γ/β with more dims than the normalized ones
-  stays outside (it could grow an input of unknown rank).
+  stays outside (it could grow an input of unknown rank);
+* types (target plugin): a norm computing in fp64 fuses only with fp16 in and out (then in
+  fp32); below opset 15 every node of a custom op takes one element type (one function body
+  serves them: :func:`tests.fuzz.spec.admitted` says which chain is refused).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from onnx import helper
 
 from .builder import (
     BOOL,
+    DOUBLE,
+    FLOAT,
+    FLOAT16,
     FULL,
     FUNCTION_DOMAIN,
     INT64,
@@ -65,11 +71,21 @@ class Leak:
     index: int
 
 
+# (absorb, cut, extend) -> the (type, takes the Cast before it, takes its own leading Cast)
+# of each match the library tries, in order: ``absorb``: the type a Cast just before the
+# piece reads, when the match may take that Cast in; ``cut``: the next piece took this one's
+# final Cast; ``extend``: the type the next piece's leading Cast makes, when this one may end
+# with it (see Norm.alternatives).
+Alts = Callable[[int, bool, int], tuple]
+
+
 @dataclass
 class Role:
     value: Value
     kind: str  # core | post | const | outside: how a leak of it changes the count
     count: int | None = None  # post: the count of the shorter match that then fuses, if not the piece's
+    ends: list | None = None  # post (norms): where a match ending here can end (see Norm.alternatives)
+    alts: Alts | None = None  # post: the fused node's types then (Built.alts), if not the piece's
 
 
 @dataclass
@@ -80,11 +96,31 @@ class Built:
     roles: list[Role] = field(default_factory=list)
     inner: dict[str, int] = field(default_factory=dict)  # counts of nested pieces (wrappers)
     input_known: str = FULL  # what shape inference knows of the piece's input
+    # Below opset 15 a custom op's function body serves one element type (spec.admitted):
+    # the op this piece's fusion emits and the types its node may take, preferred first.
+    op: str = ""
+    alts: Alts | None = None
+    # A float Cast just before this piece may become part of its match (norms: cast(x)), and
+    # a norm ending in a Cast back to the model's type ends the way the next piece may take.
+    takes_cast: bool = False
+    ends_in_cast: int = 0  # the type that Cast reads, if so
+    leads_with_cast: int = 0  # the piece starts with a Cast of x to this type, which the previous norm may end with
+
+    def alternatives(self, role: Role | None) -> Alts | None:
+        """The fused node's types when ``role``'s value is also read outside (None: nothing is)."""
+        return self.alts if role is None or role.alts is None else role.alts
 
     def leaked(self, role: Role) -> int:
         if role.kind == CORE:
             return 0
         return self.count if role.count is None else min(role.count, self.count)
+
+
+_WIDTH = {FLOAT16: 16, FLOAT: 32, DOUBLE: 64}
+
+
+def wider(*types: int) -> int:
+    return max(types, key=_WIDTH.__getitem__)
 
 
 def _arith(c: Container, op: str, a: str, b: str, swap: bool) -> str:
@@ -139,9 +175,66 @@ class Norm:
             return (1,) * (rank - len(full)) + full if rank > len(full) else full
         return full
 
-    def count(self, x: Value, params: int = 2) -> int:
+    def count(self, x: Value, params: int = 2, out: int | None = None, where: str = "main", t_in: int | None = None) -> int:
         """Fusions of this norm; ``params``: how many of γ, β (in chain order) the match may
-        take (a leak after the normalization leaves them outside)."""
+        take (a leak after the normalization leaves them outside); ``out``: the type of the
+        value the match then ends at, where known; ``t_in``: its input's, if not x's."""
+        n = self._count(x, params)
+        return n if n and self.node_type(x, params, out, where, t_in) is not None else 0
+
+    def end_type(self, x: Value, params: int, out: int | None) -> int:
+        """The type of the value a match taking up to ``params`` of γ, β ends at."""
+        if not self.island:
+            return x.dtype if out is None else out
+        # The match stops before the first γ/β it cannot take; it ends at the Cast back to the
+        # model's type only if that comes before where it stops.
+        consumed = params
+        for j, how in enumerate((self.gamma, self.beta if self.kind == "layer" else "none")[:params]):
+            pshape = self.param_shape(x.shape)
+            if how != "none" and (how != "const" or (x.known == NONE and len(pshape) > len(self.norm_axes(x.rank)))):
+                consumed = j
+                break
+        if out is None or consumed < params:
+            cast_at = {"before": 0, "between": 1, "after": 2}[self.island_end]
+            out = x.dtype if cast_at <= consumed else self.island
+        return out
+
+    def node_type(self, x: Value, params: int = 2, out: int | None = None, where: str = "main", t_in: int | None = None) -> int | None:
+        """The element type of the fused node's X (its T, functions.Use.elem_type), or None
+        where target plugin refuses the chain (patterns/_norm.emit mirrored): the node computes
+        in the wider of its input's and output's types, and a chain computing in fp64 fuses
+        only with fp16 in and out (then in fp32); the plugins have no fp64 (issue 16, defect 5)."""
+        mt = x.dtype
+        if where == "function":  # the input is untyped: cast to the chain's widest type
+            t = wider(self.island or mt, mt)
+            return None if t == DOUBLE else t
+        t_in = t_in or mt
+        end = self.end_type(x, params, out)
+        t = wider(t_in, end)
+        if wider(t, self.island or t) == DOUBLE:
+            return FLOAT16 if t_in == end == FLOAT16 else None
+        return t
+
+    def alternatives(self, x: Value, ends: list, where: str, t_in: int | None = None, absorb: int = 0) -> tuple:
+        """The matches the library tries for a chain that can end at any of ``ends`` ((params,
+        type) in chain order), in its order: the latest end first; at each, the match that takes
+        in a Cast just before x (reading type ``absorb``) first, then the one that does not (and
+        for an RMS norm whose input is cast, the one that starts after that Cast).  Returns
+        (the fused node's type, whether it took the Cast before x) for each the plugin target
+        accepts."""
+        own_cast = bool(self.kind == "rms" and self.island and t_in is None)
+        out = []
+        for p, o in reversed(ends):
+            if not self._count(x, p):
+                continue
+            if absorb and t_in is None and not own_cast:
+                out.append((self.node_type(x, p, o, where, absorb), True, False))
+            out.append((self.node_type(x, p, o, where, t_in), False, own_cast))
+            if own_cast:
+                out.append((self.node_type(x, p, o, where, self.island), False, False))
+        return tuple(e for e in out if e[0] is not None)
+
+    def _count(self, x: Value, params: int = 2) -> int:
         if self.trap != "none" or self.eps == "input" or self.restore in ("none", "wrong"):
             return 0
         if x.known == FULL:
@@ -179,6 +272,7 @@ class Norm:
             return name
 
         red = _reduced(x.shape, axes)
+        cast_role = None
         if self.kind == "layer":
             mean = role(c.reduce_mean(x.name, written), mt, red, CORE)
             d = role(c.op("Sub", x.name, mean), mt, x.shape, CORE)
@@ -198,8 +292,11 @@ class Norm:
                 src = role(c.op("Sub", x.name, m2), mt, x.shape, CORE)
             d = src
             if self.island:
-                # Cast(x) read elsewhere: the norm fuses from the Cast's output (it is not part of the match)
-                d = role(c.op("Cast", src, to=ct), ct, x.shape, POST)
+                # Cast(x) read elsewhere: the norm fuses from the Cast's output (it is not part of
+                # the match); from an fp64 one, not at all (target plugin).
+                d = c.op("Cast", src, to=ct)
+                cast_role = Role(Value(d, ct, x.shape), POST, self.count(x, 2, None, where, t_in=ct))
+                roles.append(cast_role)
             vd = d
         if self.square == "mul":
             sq = c.op("Mul", vd, vd)
@@ -246,15 +343,23 @@ class Norm:
                 one = role(c.scalar(1.0, ct), ct, (), CONST)
                 n = _arith(c, "Mul", d, role(c.op("Div", one, s), ct, vred, CORE), self.swap)
         shape = broadcast(x.shape, vred)
-        roles.append(Role(Value(n, ct, shape), POST, self.count(x, 0)))
+        ends: list[tuple[int, int]] = []  # where a match can end: (γ/β taken, the type there)
+
+        def end(params: int, dtype: int) -> list:
+            ends.append((params, dtype))
+            return list(ends)
+
+        roles.append(Role(Value(n, ct, shape), POST, self.count(x, 0, ct, where), end(0, ct)))
         y, yt = n, ct
+        cast = None  # the Cast back: (its output, its end)
         # Where the island casts back to the model's type: before γ (LLaMA), after β, or between.
         cast_at = {"before": 0, "between": 1, "after": 2}[self.island_end] if self.island else -1
         rng = c.mb.rng
         for i, which in enumerate(("gamma", "beta")):
             if i == cast_at:
                 y, yt = c.op("Cast", y, to=mt), mt
-                roles.append(Role(Value(y, mt, shape), POST, self.count(x, i)))
+                roles.append(Role(Value(y, mt, shape), POST, self.count(x, i, mt, where), end(i, mt)))
+                cast = (y, ends[-1])
             how = getattr(self, which)
             if which == "beta" and self.kind != "layer":
                 continue
@@ -276,11 +381,43 @@ class Norm:
                 pname = role(c.const(value, hint=which), yt, pshape, CONST)
             y = _arith(c, "Mul" if which == "gamma" else "Add", y, pname, self.swap)
             shape = broadcast(shape, pshape)
-            roles.append(Role(Value(y, yt, shape), POST, self.count(x, i + 1)))
+            roles.append(Role(Value(y, yt, shape), POST, self.count(x, i + 1, yt, where), end(i + 1, yt)))
         if cast_at == 2:
             y = role(c.op("Cast", y, to=mt), mt, shape, POST)
+            roles[-1].ends = end(2, mt)
+            cast = (y, ends[-1])
         roles[-1].kind = POST  # the root: readable anywhere
-        return Built(Value(y, mt, shape, x.known), self.rule, self.count(x), roles)
+        # The Cast back, when nothing comes after it: the next piece may take it in.
+        final = cast[1] if cast is not None and cast[0] == y else None
+
+        def alts(upto: list, t_in: int | None = None) -> Alts:
+            def f(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
+                e = [p for p in upto if not (cut and p is final)]
+                if extend and upto is whole and reaches:  # the next piece's Cast of x, as its end
+                    e.append((e[-1][0], extend))
+                return self.alternatives(x, e, where, t_in, absorb)
+
+            return f
+
+        whole = list(ends)
+        # The match reaches the piece's last node unless a γ/β it cannot take stops it.
+        reaches = final is None and all(
+            how in ("none", "const") and not (x.known == NONE and len(self.param_shape(x.shape)) > len(axes))
+            for how in (self.gamma, self.beta if self.kind == "layer" else "none")
+        )
+        for r in roles:
+            if r.ends is not None:
+                r.alts = alts(r.ends)
+        if cast_role is not None:
+            cast_role.alts = alts(list(ends), ct)
+        built = Built(Value(y, mt, shape, x.known), self.rule, self.count(x, where=where), roles)
+        built.op = "FusedLayerNorm" if self.kind == "layer" else "FusedRMSNorm"
+        built.alts = alts(whole)
+        built.takes_cast = self.kind == "layer" or not self.island
+        # An RMS norm's leading Cast reads x alone: the previous norm may end with it.
+        built.leads_with_cast = self.island if self.kind == "rms" and self.island and self.trap != "center_axis" else 0
+        built.ends_in_cast = self.island if final is not None else 0
+        return built
 
 
 @dataclass(frozen=True)
@@ -356,7 +493,17 @@ class TFNorm:
         else:
             y = c.op("Sub", xs, ms)
         role(y, shape, POST)
-        return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles)
+        def alts(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
+            if where == "function":  # (untyped: cast to the chain's type)
+                return ((t, bool(absorb), False),)
+            out = []
+            for end in ((extend,) if extend else ()) + (t,):
+                if absorb:
+                    out.append((wider(absorb, t, end), True, False))
+                out.append((wider(t, end), False, False))
+            return tuple(e for e in out if e[0] != DOUBLE)
+
+        return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles, op="FusedLayerNorm", alts=alts, takes_cast=True)
 
 
 # -- fully connected -----------------------------------------------------------------------
@@ -578,7 +725,7 @@ class If:
         inner: dict[str, int] = {}
         branches = []
         for label, steps in (("then", self.then), ("else", self.other)):
-            body = Container(c.mb, "body", outer_consts=self.outer_consts)
+            body = Container(c.mb, "body", outer_consts=self.outer_consts, parent=c)
             y, counts = build_sequence(body, x, steps, "body")
             if y.name == x.name:
                 y = Value(body.op("Identity", x.name), x.dtype, x.shape, x.known)
@@ -605,7 +752,7 @@ class Loop:
     def build(self, c: Container, x: Value, where: str) -> Built:
         from .spec import build_sequence
 
-        body = Container(c.mb, "body", outer_consts=self.outer_consts)
+        body = Container(c.mb, "body", outer_consts=self.outer_consts, parent=c)
         i = c.mb.fresh("iter")
         cond_in = c.mb.fresh("cond_in")
         v_in = Value(c.mb.fresh("carried"), x.dtype, x.shape)

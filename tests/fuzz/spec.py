@@ -35,7 +35,7 @@ TROUBLE_FAMILIES = (
     "one_element_rank",  # defect 4 ([1,1,1,1] constants)
     "zero_size",  # defect 6
 )
-ENABLED_FAMILIES: set[str] = set()
+ENABLED_FAMILIES: set[str] = set(TROUBLE_FAMILIES)
 # FUZZ_FAMILIES=all (or a comma list) runs switched-off families too, to see what they find.
 _env = os.environ.get("FUZZ_FAMILIES", "")
 ENABLED_FAMILIES |= set(TROUBLE_FAMILIES) if _env == "all" else {f for f in _env.split(",") if f}
@@ -62,6 +62,7 @@ class Case:
     seed: int = 0
     dtype: int = FLOAT
     spec: object = None
+    bare: dict[str, int] | None = None  # the counts without function bodies, where they differ
 
 
 def _glue(c: Container, kind: str, x: Value, prev: Value | None) -> Value:
@@ -79,26 +80,84 @@ def build_sequence(c: Container, x: Value, steps: tuple, where: str) -> tuple[Va
     """Apply ``steps`` ((glue, piece) pairs) to ``x`` in container ``c``; the expected counts."""
     counts: dict[str, int] = {}
     prev = None
+    cast: Cast | None = None  # x is the previous piece's final Cast
+    prev_cast: Cast | None = None  # prev (the previous piece's input) is one
+    lead: Lead | None = None  # the previous piece started with a Cast of prev
+    last: tuple | None = None  # the previous piece: (its unit, whether its output is read elsewhere)
     for glue, piece in steps:
-        x = _glue(c, glue, x, prev)
-        prev = x
+        glued = _glue(c, glue, x, prev)
+        if glued.name != x.name:
+            if glue == "residual":  # the Add reads prev too
+                for p in (prev_cast, lead):
+                    if p is not None:
+                        p.free = False
+            cast = None  # the glue reads x, the piece the glue's output
+        follows = last is not None and glued.name == x.name and not last[1]  # x: the previous output, read by this piece only
+        x = glued
+        prev, prev_cast = x, cast
         built: Built = piece.build(c, x, where)
         built.input_known = x.known
-        n = built.count
+        n, alts, leaked = built.count, built.alts, None
         if piece.leak is not None and where == "main":
-            n = _leak(c, piece.leak, built)
+            n, alts, leaked = _leak(c, piece.leak, built)
+        # A piece starting with a Cast of x alone: the previous norm may end with that Cast.
+        lead = Lead(built.leads_with_cast) if built.leads_with_cast and follows else None
+        if lead is not None and last[0] is not None:
+            last[0].lead = lead
+        unit = None
         if built.rule and n:
             counts[built.rule] = counts.get(built.rule, 0) + n
+            if built.op:
+                unit = Unit(built.rule, built.op, alts, cast if built.takes_cast else None, own_lead=lead)
+                c.units.append(unit)
+        cast = Cast(built.ends_in_cast, unit) if built.ends_in_cast else None
+        read = leaked is not None and leaked.value.name == built.y.name
+        if cast is not None and read:
+            cast.free = False  # read elsewhere: no match may take it in
+        last = (unit, read)
         for r, k in built.inner.items():
             counts[r] = counts.get(r, 0) + k
         x = built.y
     return x, counts
 
 
-def _leak(c: Container, leak: Leak, built: Built) -> int:
-    """Read one of the piece's values outside it; returns the piece's fusion count then."""
+@dataclass
+class Cast:
+    """A piece's final Cast back to the model's type, which the next norm may take in."""
+
+    reads: int  # the type the Cast reads
+    unit: "Unit | None"  # the fusion of the piece it ends, if any
+    free: bool = True  # read by nothing but the next piece (no glue, no leak, no residual)
+
+
+@dataclass
+class Unit:
+    """One expected fusion of a custom op (see admitted)."""
+
+    rule: str
+    op: str
+    alts: object  # pieces.Alts
+    cast: Cast | None = None  # a Cast before it that it may take in
+    cut: bool = False  # the next piece took this one's final Cast in
+    lead: "Lead | None" = None  # the next piece's leading Cast, which it may end with
+    own_lead: "Lead | None" = None  # its own leading Cast, which the previous piece may end with
+
+
+@dataclass
+class Lead:
+    """An RMS norm's leading Cast of x (the previous piece's output), which the previous norm
+    may take as its final Cast unless the RMS norm's own match takes it."""
+
+    makes: int  # the type it casts to
+    free: bool = True  # x read by nothing else (no residual after)
+    claimed: bool = False  # the RMS norm's fusion took it
+
+
+def _leak(c: Container, leak: Leak, built: Built) -> tuple[int, object, object]:
+    """Read one of the piece's values outside it; returns the piece's fusion count then, the
+    types its fused node may take (Built.alts), and the role read."""
     if not built.roles:
-        return built.count
+        return built.count, built.alts, None
     role = built.roles[leak.index % len(built.roles)]
     v = role.value
     mb = c.mb
@@ -126,7 +185,41 @@ def _leak(c: Container, leak: Leak, built: Built) -> int:
         cond = mb.graph_input("cond", BOOL, (), kind="bool").name
         y = c.op("If", cond, then_branch=branches[0], else_branch=branches[1])
         mb.graph_output(Value(y, v.dtype, v.shape), typed=False)
-    return built.leaked(role)
+    return built.leaked(role), built.alternatives(role), role
+
+
+def admitted(mb: ModelBuilder, counts: dict[str, int]) -> dict[str, int]:
+    """The counts once the library refused what no function body could serve.
+
+    Below opset 15 a body cannot refer to its node's element type (CastLike needs 15), so it
+    bakes one: every node of a custom op must then take the same T (rewrite.Editor.admit,
+    functions.Body.like_input).  The library scans scope by scope (a node list, the bodies of
+    its nodes, then the functions: Container.scopes), each from its last node back, and admits
+    the first fusion of an op at the type it prefers; a later chain of another type then fuses
+    a shorter (or later-starting) match of that type, if it has one (Norm.alternatives), and
+    is refused otherwise.
+    """
+    if mb.opset >= 15:
+        return counts
+    counts = dict(counts)
+    baked: dict[str, int] = {}
+    for scope in mb.main.scopes() + [s for f in mb.function_bodies for s in f.scopes()]:
+        for u in reversed(scope.units):
+            absorb = u.cast.reads if u.cast is not None and u.cast.free else 0
+            extend = u.lead.makes if u.lead is not None and u.lead.free and not u.lead.claimed else 0
+            tries = u.alts(absorb, u.cut, extend)
+            if not tries:
+                raise ValueError(f"generator bug: {u.rule} expected to fuse, but no match the plugin target takes")
+            t = baked.setdefault(u.op, tries[0][0])
+            took = next((e for e in tries if e[0] == t), None)
+            if took is None:
+                counts[u.rule] -= 1
+                continue
+            if took[1] and u.cast.unit is not None:
+                u.cast.unit.cut = True
+            if u.own_lead is not None:
+                u.own_lead.claimed = took[2]
+    return {r: n for r, n in counts.items() if n}
 
 
 def build(spec: ModelSpec) -> Case:
@@ -139,4 +232,6 @@ def build(spec: ModelSpec) -> Case:
     mb.outputs = [o for o in mb.outputs if o.name != y.name]
     mb.graph_output(y)
     mb.outputs.insert(0, mb.outputs.pop())
-    return Case(mb.model(), counts, mb.feeds, dict(DIMS), spec.seed, spec.dtype, spec)
+    case = Case(mb.model(), admitted(mb, counts), mb.feeds, dict(DIMS), spec.seed, spec.dtype, spec)
+    case.bare = counts  # functions=False: no body to serve, nothing refused for it
+    return case
