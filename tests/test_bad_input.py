@@ -315,7 +315,7 @@ def test_input_intact_when_killed_between_renames(tmp_path, monkeypatch, rename)
 
 _KILL_MID_WRITE = """
 import os, signal, sys
-from fusion import model_io
+from fusion.ir import model_io
 import fusion
 real = os.fdopen
 def fdopen(fd, mode="r", *a, **kw):
