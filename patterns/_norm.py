@@ -15,6 +15,8 @@ from fusion.pattern import Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import Emitter, Reject
 from fusion.rules import Context
 
+from . import _algebra
+
 _TYPE_NAME = {t: onnx.TensorProto.DataType.Name(t) for t in FLOAT_TYPES}
 # TensorRT 8.5.3's shipped LayerNorm plugin on the H100, against NumPy: max error 9.4e-3 at 32
 # and 3.6e-3 at 16 normalized elements, under 1e-6 (fp32) from 48 to 4096
@@ -69,6 +71,7 @@ class NormDesc:
     epsilon: float
     gamma: Tensor | None
     beta: Tensor | None
+    notes: tuple[str, ...] = ()  # said in the fusion's record (fusion.passes.Fusion.notes)
 
     @property
     def trailing(self) -> bool:
@@ -82,7 +85,8 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
     needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
     restored = any(n + "_restore" in m for n in reductions)
-    shape = g.shape(x, infer=needs_rank or restored)
+    summed = any(m[n].op == "ReduceSum" for n in reductions if n in m)  # N is checked against x's dims
+    shape = g.shape(x, infer=needs_rank or restored or summed)
     rank = None if shape is None else len(shape)
     axes = None
     for name in reductions:
@@ -96,13 +100,14 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
         if restore is not None:
             _check_restored(g, restore, shape, axes)
     assert axes is not None
+    notes = _check_algebra(m, g, reductions, x, shape, axes)
     eps = g.scalar(m["eps"]) if "eps" in m else 0.0
     if eps is None:
         raise Reject(f"epsilon {m['eps'].name!r} is not a one-element constant")
     plain = not any(n.op == "Cast" for n in m.all_nodes)
     consts = [m[c] for c in ("gamma", "beta", "eps") if c in m]
     chain_type = g.elem_type(consts[0]) if plain and consts else None
-    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"))
+    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"), notes)
     for param in ("gamma", "beta"):
         t = getattr(desc, param)
         if t is None:
@@ -114,6 +119,19 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
             shape = g.shape(x)
         _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}")
     return desc
+
+
+def _check_algebra(m: Match, g, reductions, x: Tensor, shape, axes: tuple[int, ...]) -> tuple[str, ...]:
+    """What the arithmetic identities (patterns/_algebra.py) need beyond structure."""
+    _algebra.check_means(g, m, reductions, x, shape, axes)
+    if not _algebra.one_pass(m):
+        return ()
+    k_mean, k_var = (int(m[n].attrs.get("keepdims", 1)) for n in ("mean", "variance"))
+    if k_mean != k_var:
+        raise Reject(f"E[x²] ({m['variance'].name!r}) and E[x] ({m['mean'].name!r}) differ in keepdims: "
+                     "their difference is not the variance")
+    return ("one-pass variance E[x²] − E[x]² in the original; the fused node computes it in two passes, "
+            "E[(x − E[x])²], which is more accurate (the outputs may differ where the original cancelled)",)
 
 
 def _check_restored(g, restore: Node, xshape, axes: tuple[int, ...]) -> None:
@@ -141,8 +159,8 @@ def _raw_axes(g, node: Node) -> list[int] | None:
 def _normalized_axes(g, node: Node, rank: int | None, keepdims: int = 1) -> tuple[int, ...]:
     if int(node.attrs.get("keepdims", 1)) != keepdims:
         if keepdims:
-            raise Reject(f"ReduceMean {node.name!r} has keepdims=0, so its result does not broadcast back")
-        raise Reject(f"ReduceMean {node.name!r} keeps its dims but is reshaped as if it did not")
+            raise Reject(f"{node.op} {node.name!r} has keepdims=0, so its result does not broadcast back")
+        raise Reject(f"{node.op} {node.name!r} keeps its dims but is reshaped as if it did not")
     axes = node.attrs.get("axes")
     if len(node.inputs) > 1 and node.inputs[1].name:
         value = g.constant_value(node.inputs[1])

@@ -14,27 +14,35 @@ from __future__ import annotations
 from fusion.pattern import Const, Op, Var
 from fusion.rules import Rule
 
-from ._norm import analyze, cast, emit, kept_mean, plus_eps, reduce_mean
+from . import _algebra as alg
+from ._norm import analyze, cast, emit, plus_eps
 
 x = Var("x")
-mean = reduce_mean(cast(x), "mean")
-centered = Op("Sub", cast(x), cast(mean), name="center")
+# The mean as reduced (keepdims as written), then as broadcast against x.
+mean_reduced = alg.reduced_mean(cast(x), "mean")
+mean = alg.restored(mean_reduced, "mean")
+centered = alg.centered(cast(x), cast(mean), "center")
 # The variance may center x again with a mean of its own (older PyTorch, torch.var).
-var_mean = reduce_mean(cast(x), "var_mean")
-var_centered = Op("Sub", cast(x), cast(var_mean), name="var_center")
-square = Op("Pow", cast(var_centered), Const(value=2.0), name="square") | Op(
-    "Mul", cast(var_centered), cast(var_centered), name="square"
+var_mean = alg.restored(alg.reduced_mean(cast(x), "var_mean"), "var_mean")
+var_centered = alg.centered(cast(x), cast(var_mean), "var_center")
+square = alg.square(cast(var_centered), "square", cast(var_centered))
+variance = alg.restored(
+    # One pass (Flax's default): E[x²] − E[x]²; or two, E[(x − E[x])²].
+    alg.one_pass_variance(alg.reduced_mean(cast(alg.square(cast(x), "x_square", cast(x))), "variance"), mean_reduced, cast)
+    | alg.reduced_mean(cast(square), "variance"),
+    "variance",
+    guard=False,
 )
-variance = kept_mean(cast(square), "variance")
 var_eps = plus_eps(variance)
-std = Op("Sqrt", var_eps, name="sqrt")
-normalized = (
-    Op("Div", cast(centered), cast(std), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Reciprocal", std, name="inverse")), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Div", Const(value=1.0), std, name="inverse")), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Pow", var_eps, Const(value=-0.5), name="inverse")), name="normalize")
+std = alg.sqrt(var_eps, "sqrt")
+inverse = alg.rsqrt(var_eps, std, "inverse")
+normalized = Op("Div", cast(centered), cast(std), name="normalize") | Op(
+    "Mul", cast(centered), cast(inverse), name="normalize"
 )
-scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
+scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | Op(
+    # γ folded into the inverse first (Flax, Keras): (x − mean)·(rsqrt(v)·γ)
+    "Mul", cast(centered), cast(Op("Mul", cast(inverse), cast(Const("gamma")), name="scale")), name="normalize"
+)
 affine = (
     Op("Add", cast(scaled), cast(Const("beta")), name="shift")
     | scaled
@@ -49,7 +57,7 @@ class LayerNormRule(Rule):
     pass_name = "layernorm"
     pattern = PATTERN
     min_progress = 3
-    signature = frozenset({"ReduceMean"})
+    signature = alg.REDUCTIONS
     doc = "ReduceMean → Sub → Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div (→ Mul γ → Add β)"
     variants = (
         (
@@ -80,16 +88,20 @@ class LayerNormRule(Rule):
 RULE = LayerNormRule()
 
 # TensorFlow: the scale γ·rsqrt(var + eps) multiplies x and the mean separately.
-var_eps = Op("Add", cast(reduce_mean(cast(square), "variance")), cast(Const("eps")), name="add_eps")
-std = Op("Sqrt", var_eps, name="sqrt")
-inv_std = Op("Reciprocal", std, name="inverse") | Op("Pow", var_eps, Const(value=-0.5), name="inverse")
+var_eps = Op("Add", cast(variance), cast(Const("eps")), name="add_eps")
+std = alg.sqrt(var_eps, "sqrt")
+inv_std = alg.rsqrt(var_eps, std, "inverse")
 tf_scale = Op("Mul", cast(inv_std), cast(Const("gamma")), name="scale") | inv_std
 x_scaled = Op("Mul", cast(x), cast(tf_scale), name="x_scaled")
 mean_scaled = Op("Mul", cast(mean), cast(tf_scale), name="mean_scaled")
+# Keras 3 writes the offset as (−mean)·s + β.
+neg_mean_scaled = Op("Mul", Op("Neg", cast(mean), name="mean_neg"), cast(tf_scale), name="offset")
 TF_PATTERN = cast(
     Op("Add", x_scaled, Op("Sub", cast(Const("beta")), mean_scaled, name="offset"), name="shift")
     | Op("Add", x_scaled, Op("Neg", mean_scaled, name="offset"), name="shift")
     | Op("Sub", x_scaled, mean_scaled, name="shift")
+    | Op("Add", x_scaled, Op("Add", neg_mean_scaled, cast(Const("beta")), name="offset_beta"), name="shift")
+    | Op("Add", x_scaled, neg_mean_scaled, name="shift")
 )
 
 

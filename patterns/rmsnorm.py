@@ -11,20 +11,22 @@ from fusion.graph import producer
 from fusion.pattern import Const, Op, Var
 from fusion.rules import Reject, Rule
 
-from ._norm import analyze, cast, emit, kept_mean, plus_eps
+from . import _algebra as alg
+from ._norm import analyze, cast, emit, plus_eps
 
 x = Var("x")
 square = Op("Pow", cast(x), Const(value=2.0), name="square") | Op("Mul", cast(x), cast(x), name="square")
-mean_square = kept_mean(cast(square), "mean_square")
+mean_square = alg.restored(alg.reduced_mean(cast(square), "mean_square"), "mean_square", guard=False)
 ms_eps = plus_eps(mean_square)
-rms = Op("Sqrt", ms_eps, name="sqrt")
-normalized = (
-    Op("Div", cast(x), cast(rms), name="normalize")
-    | Op("Mul", cast(x), cast(Op("Reciprocal", rms, name="inverse")), name="normalize")
-    | Op("Mul", cast(x), cast(Op("Div", Const(value=1.0), rms, name="inverse")), name="normalize")
-    | Op("Mul", cast(x), cast(Op("Pow", ms_eps, Const(value=-0.5), name="inverse")), name="normalize")
+rms = alg.sqrt(ms_eps, "sqrt")
+inverse = alg.rsqrt(ms_eps, rms, "inverse")
+normalized = Op("Div", cast(x), cast(rms), name="normalize") | Op("Mul", cast(x), cast(inverse), name="normalize")
+PATTERN = cast(
+    Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
+    | normalized
+    # γ folded into the inverse first (Flax): x·(rsqrt(ms)·γ)
+    | Op("Mul", cast(x), cast(Op("Mul", cast(inverse), cast(Const("gamma")), name="scale")), name="normalize")
 )
-PATTERN = cast(Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | normalized)
 
 
 class RMSNormRule(Rule):
@@ -32,7 +34,7 @@ class RMSNormRule(Rule):
     pass_name = "rmsnorm"
     pattern = PATTERN
     min_progress = 4
-    signature = frozenset({"ReduceMean"})
+    signature = alg.REDUCTIONS
     doc = "Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div or Reciprocal/Pow(-0.5) → Mul (→ Mul γ)"
     variants = (
         "square: Pow(x, 2) or Mul(x, x)",
@@ -60,12 +62,12 @@ def _centered(x) -> bool:
     node = producer(x)
     while node is not None and node.op == "Cast":
         node = producer(node.inputs[0])
-    if node is None or node.op != "Sub":
-        return False
-    mean = producer(node.inputs[1])
-    while mean is not None and mean.op == "Cast":
-        mean = producer(mean.inputs[0])
-    return mean is not None and mean.op == "ReduceMean"
+    if node is not None and node.op == "Sub":
+        return alg.is_mean(producer(node.inputs[1]))
+    if node is not None and node.op == "Add":  # x + Neg(mean)
+        negs = [p for p in map(producer, node.inputs) if p is not None and p.op == "Neg"]
+        return any(alg.is_mean(producer(n.inputs[0])) for n in negs)
+    return False
 
 
 RULE = RMSNormRule()
