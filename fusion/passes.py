@@ -40,6 +40,7 @@ class Fusion:
     root: str
     removed: list[str]
     nodes: list[dict]  # emitted nodes: op_type, name, domain, inputs, outputs, attributes
+    notes: list[str] = field(default_factory=list)  # what the fused node does differently (rule's check says)
 
 
 @dataclass
@@ -203,6 +204,7 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
             root=root.name,
             removed=[n.name for n in removed],
             nodes=[_describe(n) for n in em.nodes],
+            notes=list(getattr(desc, "notes", ())),
         )
     if best is None:
         best = matcher.best

@@ -27,6 +27,7 @@ def text(result: PassResult, dry_run: bool = False) -> str:
             emitted = ", ".join(_node_text(n) for n in f.nodes if n["op_type"] != "Constant")
             where = "" if f.scope == "main" else f"  [{f.scope}]"
             lines.append(f"  {f.rule:<10} {f.root}  ({len(f.removed)} nodes) -> {emitted}{where}")
+            lines.extend(f"             note: {n}" for n in f.notes)
     if result.near_misses:
         lines.append("")
         lines.append("near-misses (not fused):")

@@ -30,7 +30,7 @@ from fusion.pattern import Alt, Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import Reject
 
 # The ops a reduced mean is taken with (rules list them as their signature).
-REDUCTIONS = frozenset({"ReduceMean", "ReduceSum"})
+REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "GlobalAveragePool"})
 
 
 def reduced_mean(x: Pattern, name: str) -> Pattern:
@@ -39,11 +39,14 @@ def reduced_mean(x: Pattern, name: str) -> Pattern:
     Captures: ``name`` the reduction node; for a sum, ``name + "_scale"`` the Div/Mul and
     ``name + "_n"`` its other operand (N, or 1/N), checked by :func:`check_means`.
     """
-    total = Op("ReduceSum", x, Opt(Const()), name=name)
+    # torch's dynamo exporter puts the sum back to x's rank before it divides (var_mean).
+    total = restored(Op("ReduceSum", x, Opt(Const()), name=name), name + "_sum")
     n = Var(name + "_n")
     return (
         Op("Div", total, n, name=name + "_scale", where=fed_by(total, 0))
         | Op("Mul", total, n, name=name + "_scale", where=fed_by(total))
+        # tf2onnx writes a mean over the trailing axes from 2 on as GlobalAveragePool.
+        | Op("GlobalAveragePool", x, name=name)
         | Op("ReduceMean", x, Opt(Const()), name=name)
     )
 
@@ -85,7 +88,22 @@ def one_pass_variance(mean_of_square: Pattern, mean: Pattern, wrap) -> Pattern:
 def centered(x: Pattern, mean: Pattern, name: str) -> Pattern:
     """x − mean: Sub(x, mean), or Add(x, Neg(mean))."""
     neg = Op("Neg", mean, name=name + "_neg")
-    return Op("Add", x, neg, name=name, where=fed_by(neg)) | Op("Sub", x, mean, name=name)
+    sub = Op("Sub", x, mean, name=name)
+    return Op("Add", x, neg, name=name, where=fed_by(neg)) | _stable(x, mean, sub, name) | sub
+
+
+def _stable(x: Pattern, mean: Pattern, sub: Pattern, name: str) -> Pattern:
+    """jax2onnx's exact centering: Where(row constant and mean finite, 0, x − mean).
+
+    The row test is ReduceMin(x) == ReduceMax(x) (over the norm's axes: captures
+    ``name + "_row_min"`` / ``"_row_max"``, checked with the other reductions) and
+    (mean − mean) == 0."""
+    row_min = Op("ReduceMin", x, Opt(Const()), name=name + "_row_min")
+    row_max = Op("ReduceMax", x, Opt(Const()), name=name + "_row_max")
+    constant_row = Op("Equal", row_min, row_max)
+    finite = Op("Equal", Op("Sub", mean, mean), Const(value=0.0))
+    cond = Op("And", constant_row, finite, commute=True)
+    return Op("Where", cond, Const(value=0.0), sub, name=name + "_stable")
 
 
 def sqrt(v: Pattern, name: str) -> Pattern:
@@ -185,6 +203,18 @@ def check_means(g, m: Match, names, x: Tensor, xshape, axes: tuple[int, ...]) ->
             continue
         scale, n = m[name + "_scale"], m[name + "_n"]
         _check_count(g, node, scale, n, x, xshape, axes)
+
+
+def notes(m: Match) -> tuple[str, ...]:
+    """What a fusion of ``m`` changes beyond rounding, for the fusion's record."""
+    out = []
+    if "variance_diff" in m:
+        out.append("one-pass variance E[x²] − E[x]² in the original; the fused node computes it in two passes, "
+                   "E[(x − E[x])²], which is more accurate (the outputs may differ where the original cancelled)")
+    if "center_stable" in m:
+        out.append("the original sets x − mean to exactly 0 on constant rows; the fused node computes x − mean "
+                   "there (0 up to the rounding of the mean)")
+    return tuple(out)
 
 
 def one_pass(m: Match) -> bool:
@@ -297,12 +327,12 @@ def _same_shape_as(t: Tensor, x: Tensor, reduction: Node) -> bool:
     return False
 
 
-def is_mean(node: Node | None) -> bool:
+def is_mean(node: Node | None, sums: bool = False) -> bool:
     """Whether ``node`` (behind Casts and restores) is a mean: ReduceMean, or a scaled ReduceSum."""
     while node is not None and node.op in ("Cast", "Reshape", "Expand", "Unsqueeze"):
         node = producer(node.inputs[0])
     if node is None:
         return False
     if node.op in ("Div", "Mul"):
-        return any(p is not None and p.op == "ReduceSum" for p in map(producer, node.inputs))
-    return node.op == "ReduceMean"
+        return any(is_mean(p, sums=True) for p in map(producer, node.inputs))
+    return node.op in ("ReduceMean", "GlobalAveragePool") or (sums and node.op == "ReduceSum")

@@ -53,8 +53,10 @@ def kept_mean(x: Pattern, name: str) -> Pattern:
 
 
 def plus_eps(variance: Pattern) -> Pattern:
-    """variance + eps; or the variance alone (an exporter drops an eps of 0)."""
-    return Op("Add", cast(variance), cast(Const("eps")), name="add_eps") | variance
+    """variance + eps; or the variance alone (an exporter drops an eps of 0).  jax2onnx
+    writes eps as CastLike(eps, x)."""
+    eps = Op("CastLike", Const("eps"), Var(), quiet=True) | Const("eps")
+    return Op("Add", cast(variance), cast(eps), name="add_eps") | variance
 
 
 @dataclass
@@ -84,7 +86,7 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     x = m["x"]
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
     needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
-    restored = any(n + "_restore" in m for n in reductions)
+    restored = any(n + "_restore" in m or n + "_sum_restore" in m for n in reductions)
     summed = any(m[n].op == "ReduceSum" for n in reductions if n in m)  # N is checked against x's dims
     shape = g.shape(x, infer=needs_rank or restored or summed)
     rank = None if shape is None else len(shape)
@@ -92,19 +94,20 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     for name in reductions:
         if name not in m:
             continue
-        restore = m.get(name + "_restore")
-        node_axes = _normalized_axes(g, m[name], rank, keepdims=0 if restore is not None else 1)
+        # A ReduceSum may be put back before it is divided (name_sum_restore), or after.
+        restores = [m[r] for r in (name + "_restore", name + "_sum_restore") if r in m]
+        node_axes = _normalized_axes(g, m[name], rank, keepdims=0 if restores else 1)
         if axes is not None and node_axes != axes:
             raise Reject(f"{reductions[0]} reduces axes {list(axes)} but {name} reduces {list(node_axes)}")
         axes = node_axes
-        if restore is not None:
+        for restore in restores:
             _check_restored(g, restore, shape, axes)
     assert axes is not None
     notes = _check_algebra(m, g, reductions, x, shape, axes)
     eps = g.scalar(m["eps"]) if "eps" in m else 0.0
     if eps is None:
         raise Reject(f"epsilon {m['eps'].name!r} is not a one-element constant")
-    plain = not any(n.op == "Cast" for n in m.all_nodes)
+    plain = not any(n.op in ("Cast", "CastLike") for n in m.all_nodes)
     consts = [m[c] for c in ("gamma", "beta", "eps") if c in m]
     chain_type = g.elem_type(consts[0]) if plain and consts else None
     desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"), notes)
@@ -124,14 +127,12 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
 def _check_algebra(m: Match, g, reductions, x: Tensor, shape, axes: tuple[int, ...]) -> tuple[str, ...]:
     """What the arithmetic identities (patterns/_algebra.py) need beyond structure."""
     _algebra.check_means(g, m, reductions, x, shape, axes)
-    if not _algebra.one_pass(m):
-        return ()
-    k_mean, k_var = (int(m[n].attrs.get("keepdims", 1)) for n in ("mean", "variance"))
-    if k_mean != k_var:
-        raise Reject(f"E[x²] ({m['variance'].name!r}) and E[x] ({m['mean'].name!r}) differ in keepdims: "
-                     "their difference is not the variance")
-    return ("one-pass variance E[x²] − E[x]² in the original; the fused node computes it in two passes, "
-            "E[(x − E[x])²], which is more accurate (the outputs may differ where the original cancelled)",)
+    if _algebra.one_pass(m):
+        k_mean, k_var = (int(m[n].attrs.get("keepdims", 1)) for n in ("mean", "variance"))
+        if k_mean != k_var:
+            raise Reject(f"E[x²] ({m['variance'].name!r}) and E[x] ({m['mean'].name!r}) differ in keepdims: "
+                         "their difference is not the variance")
+    return _algebra.notes(m)
 
 
 def _check_restored(g, restore: Node, xshape, axes: tuple[int, ...]) -> None:
@@ -157,6 +158,12 @@ def _raw_axes(g, node: Node) -> list[int] | None:
 
 
 def _normalized_axes(g, node: Node, rank: int | None, keepdims: int = 1) -> tuple[int, ...]:
+    if node.op == "GlobalAveragePool":  # the mean over every axis from 2 on, dims kept
+        if rank is None or rank < 3:
+            raise Reject(f"GlobalAveragePool {node.name!r}: the input rank is {'unknown' if rank is None else rank}")
+        if not keepdims:
+            raise Reject(f"GlobalAveragePool {node.name!r} keeps its dims but is reshaped as if it did not")
+        return tuple(range(2 - rank, 0))
     if int(node.attrs.get("keepdims", 1)) != keepdims:
         if keepdims:
             raise Reject(f"{node.op} {node.name!r} has keepdims=0, so its result does not broadcast back")

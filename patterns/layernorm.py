@@ -79,12 +79,13 @@ class LayerNormRule(Rule):
     )
 
     def check(self, m, ctx):
-        return analyze(m, ctx, "layer", ("mean", "var_mean", "variance"))
+        return analyze(m, ctx, "layer", LN_REDUCTIONS)
 
     def rewrite(self, desc, em, ctx):
         emit(desc, em, ctx)
 
 
+LN_REDUCTIONS = ("mean", "var_mean", "variance", "center_row_min", "center_row_max", "var_center_row_min", "var_center_row_max")
 RULE = LayerNormRule()
 
 # TensorFlow: the scale γ·rsqrt(var + eps) multiplies x and the mean separately.

@@ -62,6 +62,8 @@ def _centered(x) -> bool:
     node = producer(x)
     while node is not None and node.op == "Cast":
         node = producer(node.inputs[0])
+    if node is not None and node.op == "Where" and len(node.inputs) == 3:  # jax2onnx's exact centering
+        node = producer(node.inputs[2])
     if node is not None and node.op == "Sub":
         return alg.is_mean(producer(node.inputs[1]))
     if node is not None and node.op == "Add":  # x + Neg(mean)
