@@ -336,3 +336,60 @@ def is_mean(node: Node | None, sums: bool = False) -> bool:
     if node.op in ("Div", "Mul"):
         return any(is_mean(p, sums=True) for p in map(producer, node.inputs))
     return node.op in ("ReduceMean", "GlobalAveragePool") or (sums and node.op == "ReduceSum")
+
+
+_UNARY = frozenset("Abs Cast Ceil Elu Erf Exp Floor Gelu HardSigmoid Identity LeakyRelu Log Neg Reciprocal Relu "
+                   "Round Selu Sigmoid Sign Softplus Sqrt Tanh".split())
+_BROADCAST = frozenset("Add Sub Mul Div Pow Max Min Where".split())
+
+
+def rank_of(g, t: Tensor, depth: int = 16) -> int | None:
+    """``t``'s rank where shape inference left it unknown: through elementwise ops up to a
+    known shape, or a Reshape whose shape vector has a static length (tf2onnx's Dense)."""
+    shape = g.shape(t, infer=False)
+    if shape is not None:
+        return len(shape)
+    node = producer(t)
+    if node is None or depth == 0 or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op == "Reshape" and len(node.inputs) > 1:
+        return _length(g, node.inputs[1], depth - 1)
+    if node.op in ("Squeeze", "Unsqueeze") and len(node.inputs) > 1:
+        axes, r = g.constant_value(node.inputs[1]), rank_of(g, node.inputs[0], depth - 1)
+        if axes is None or r is None:
+            return None
+        return r - axes.size if node.op == "Squeeze" else r + axes.size
+    if node.op in _UNARY and node.inputs:
+        return rank_of(g, node.inputs[0], depth - 1)
+    if node.op == "Transpose" and node.inputs:
+        perm = node.attrs.get("perm")
+        return len(perm) if perm else rank_of(g, node.inputs[0], depth - 1)
+    if node.op == "MatMul" and len(node.inputs) == 2:
+        ranks = [rank_of(g, i, depth - 1) for i in node.inputs]
+        return max(ranks) if all(r is not None and r >= 2 for r in ranks) else None
+    if node.op in _BROADCAST and node.outputs[0] is t:
+        ranks = [rank_of(g, i, depth - 1) for i in node.inputs]
+        return None if any(r is None for r in ranks) else max(ranks)
+    return None
+
+
+def _length(g, t: Tensor, depth: int) -> int | None:
+    """The static length of a 1-D shape vector (a Reshape's target): a Concat of pieces of
+    static length, Shape(x) of a tensor of known rank."""
+    dims = g.shape(t, infer=False)
+    if dims is not None:
+        return dims[0] if len(dims) == 1 and isinstance(dims[0], int) else None
+    node = producer(t)
+    if node is None or depth == 0:
+        return None
+    if node.op == "Concat":
+        parts = [_length(g, i, depth - 1) for i in node.inputs]
+        return None if any(p is None for p in parts) else sum(parts)
+    if node.op == "Shape" and not node.attrs.get("start") and node.attrs.get("end") is None:
+        return rank_of(g, node.inputs[0], depth - 1)
+    if node.op in ("Cast", "Identity"):
+        return _length(g, node.inputs[0], depth - 1)
+    if node.op == "Gather" and len(node.inputs) == 2:  # picked dims of a shape
+        idx = g.constant_value(node.inputs[1])
+        return idx.size if idx is not None and idx.ndim == 1 else None
+    return None

@@ -90,6 +90,9 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     summed = any(m[n].op == "ReduceSum" for n in reductions if n in m)  # N is checked against x's dims
     shape = g.shape(x, infer=needs_rank or restored or summed)
     rank = None if shape is None else len(shape)
+    if rank is None and any(m[n].op == "GlobalAveragePool" for n in reductions if n in m):
+        rank = _algebra.rank_of(g, x)  # GlobalAveragePool's axes depend on it (tf2onnx)
+        shape = None if rank is None else [None] * rank  # the rank, no dims
     axes = None
     for name in reductions:
         if name not in m:
