@@ -1,0 +1,275 @@
+"""The arithmetic identities the norm patterns see through (patterns/_algebra.py).
+
+Each identity: a positive (fuses, and the fused model computes what the original did on
+onnxruntime with graph optimizations off), a near-identity that is NOT one (does not fuse, and
+says why) and the numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import fusion
+
+from .builders import FLOAT, G, max_error
+
+H = 32
+
+
+def _x(shape=(2, 5, H), seed=0) -> dict[str, np.ndarray]:
+    return {"x": (np.random.default_rng(seed).standard_normal(shape) * 2 + 0.7).astype(np.float32)}
+
+
+def _mean(g: G, t: str, form: str, n: float = H, keepdims: int = 1, axes=(-1,)) -> str:
+    """The mean of ``t`` over ``axes``, spelled ``form``."""
+    ax = g.const(np.array(axes, np.int64))
+    if form == "reduce_mean":
+        return g.op("ReduceMean", t, axes=list(axes), keepdims=keepdims)
+    if form == "gap":
+        return g.op("GlobalAveragePool", t)
+    total = g.op("ReduceSum", t, ax, keepdims=0 if form == "sum_restored_div" else keepdims)
+    if form == "sum_div":
+        return g.op("Div", total, g.const(n))
+    if form == "sum_mul":
+        return g.op("Mul", g.const(np.float32(1.0 / n)), total)
+    if form == "sum_restored_div":  # torch dynamo: the sum put back before the division
+        return g.op("Div", g.op("Unsqueeze", total, g.const(np.array([-1], np.int64))), g.const(n))
+    if form in ("sum_div_shape", "sum_div_wrong_dim"):
+        idx = np.array([2 if form == "sum_div_shape" else 1], np.int64)
+        count = g.op("Cast", g.op("ReduceProd", g.op("Gather", g.op("Shape", t), g.const(idx), axis=0), keepdims=1), to=FLOAT)
+        return g.op("Div", total, count)
+    if form == "sum_div_size":
+        return g.op("Div", total, g.op("Cast", g.op("Size", t), to=FLOAT))
+    if form == "sum_mul_shape":  # multiplies by N: not a mean
+        count = g.op("Cast", g.op("Gather", g.op("Shape", t), g.const(np.array([2], np.int64)), axis=0), to=FLOAT)
+        return g.op("Mul", total, count)
+    raise ValueError(form)
+
+
+def layernorm(
+    mean="reduce_mean", var="two_pass", sqrt="sqrt", normalize="div", center="sub", n: float = H,
+    restore=None, shape=("B", "S", H), gamma_folded=False,
+) -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    g = G(13)
+    x = g.input("x", FLOAT, list(shape))
+    keep = 0 if restore else 1
+    m = _mean(g, x, mean, n, keepdims=keep)
+    mb = m
+    if restore == "unsqueeze":
+        mb = g.op("Unsqueeze", m, g.const(np.array([-1], np.int64)))
+    elif restore == "reshape":
+        mb = g.op("Reshape", m, g.const(np.array([0, 0, 1], np.int64)))
+    elif restore == "wrong":  # [B, S] -> [B, 1, S]
+        mb = g.op("Reshape", m, g.const(np.array([0, 1, -1], np.int64)))
+    if center == "sub":
+        d = g.op("Sub", x, mb)
+    elif center == "add_neg":
+        d = g.op("Add", g.op("Neg", mb), x)
+    elif center == "sub_neg":  # x − (−mean) = x + mean: not centered
+        d = g.op("Sub", x, g.op("Neg", mb))
+    else:
+        raise ValueError(center)
+    if var == "two_pass":
+        v = _mean(g, g.op("Mul", d, d), mean, n)
+    else:
+        ex2 = _mean(g, g.op("Mul", x, x), mean, n, keepdims=keep)
+        other = m if var != "one_pass_other" else _mean(g, g.op("Tanh", x), mean, n, keepdims=keep)
+        diff = g.op("Sub", ex2, g.op("Mul", other, other))
+        if var == "one_pass":
+            v = g.op("Max", diff, g.const(0.0))
+        elif var == "one_pass_relu":
+            v = g.op("Relu", diff)
+        else:
+            v = diff
+        if restore in ("unsqueeze", "wrong"):
+            v = g.op("Unsqueeze", v, g.const(np.array([-1], np.int64)))
+        elif restore == "reshape":
+            v = g.op("Reshape", v, g.const(np.array([0, 0, 1], np.int64)))
+    ve = g.op("Add", v, g.const(1e-5))
+    root = {"sqrt": lambda: g.op("Sqrt", ve), "pow_half": lambda: g.op("Pow", ve, g.const(0.5)),
+            "pow_049": lambda: g.op("Pow", ve, g.const(0.49))}
+    gamma = g.const((1 + 0.3 * rng.standard_normal(H)).astype(np.float32))
+    if normalize == "div":
+        y = g.op("Div", d, root[sqrt]())
+    else:
+        inv = {
+            "reciprocal": lambda: g.op("Reciprocal", root[sqrt]()),
+            "div_one": lambda: g.op("Div", g.const(1.0), root[sqrt]()),
+            "pow_neg": lambda: g.op("Pow", ve, g.const(-0.5)),
+        }[normalize]()
+        # γ folded into the inverse first: (x − mean)·(rsqrt·γ), as Flax and Keras write it
+        y = g.op("Mul", d, g.op("Mul", inv, gamma)) if gamma_folded else g.op("Mul", d, inv)
+    if not gamma_folded:
+        y = g.op("Mul", y, gamma)
+    y = g.op("Add", y, g.const((0.3 * rng.standard_normal(H)).astype(np.float32)))
+    g.output(y, FLOAT)
+    return g.model()
+
+
+def rmsnorm(mean="reduce_mean", normalize="pow_neg", n: float = H, gamma_folded=False) -> onnx.ModelProto:
+    rng = np.random.default_rng(2)
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", "S", H])
+    ve = g.op("Add", _mean(g, g.op("Mul", x, x), mean, n), g.const(1e-6))
+    if normalize == "pow_neg":
+        inv = g.op("Pow", ve, g.const(-0.5))
+    elif normalize == "reciprocal_pow_half":
+        inv = g.op("Reciprocal", g.op("Pow", ve, g.const(0.5)))
+    else:
+        raise ValueError(normalize)
+    gamma = g.const((1 + 0.3 * rng.standard_normal(H)).astype(np.float32))
+    y = g.op("Mul", x, g.op("Mul", inv, gamma)) if gamma_folded else g.op("Mul", g.op("Mul", x, inv), gamma)
+    g.output(y, FLOAT)
+    return g.model()
+
+
+def _fuse(model, rules=("layernorm", "rmsnorm")):
+    result = fusion.run(model, list(rules))
+    onnx.checker.check_model(result.model, full_check=True)
+    return result
+
+
+def _reasons(result) -> str:
+    return " | ".join(m.reason for m in result.near_misses)
+
+
+def _numbers(model, result, tol=1e-4) -> None:
+    for feeds in (_x(), _x((1, 3, H), seed=3)):
+        assert max_error(model, result.model, feeds) < tol
+
+
+# -- the identities, fused ------------------------------------------------------------------
+
+POSITIVE = {
+    "sum ÷ N": dict(mean="sum_div"),
+    "sum × 1/N": dict(mean="sum_mul"),
+    "sum ÷ N counted from the shape": dict(mean="sum_div_shape"),
+    "sum restored then ÷ N (torch dynamo)": dict(mean="sum_restored_div"),
+    "GlobalAveragePool mean (tf2onnx)": dict(mean="gap"),
+    "one pass E[x²] − E[x]², Max(·, 0)": dict(var="one_pass"),
+    "one pass, Relu": dict(var="one_pass_relu"),
+    "one pass, no clamp": dict(var="one_pass_bare"),
+    "one pass, sums ÷ N": dict(var="one_pass", mean="sum_div"),
+    "one pass, keepdims=0 restored by Unsqueeze": dict(var="one_pass", restore="unsqueeze"),
+    "one pass, keepdims=0 restored by Reshape": dict(var="one_pass", restore="reshape"),
+    "Pow(v, 0.5) as Sqrt": dict(sqrt="pow_half"),
+    "Reciprocal(Pow(v, 0.5))": dict(sqrt="pow_half", normalize="reciprocal"),
+    "Div(1, Pow(v, 0.5))": dict(sqrt="pow_half", normalize="div_one"),
+    "x + Neg(mean)": dict(center="add_neg"),
+    "mean keepdims=0 restored (Unsqueeze)": dict(var="one_pass", restore="unsqueeze", center="add_neg"),
+    "γ folded into rsqrt (Flax, Keras)": dict(normalize="pow_neg", gamma_folded=True, var="one_pass"),
+    "γ folded into Reciprocal(Sqrt)": dict(normalize="reciprocal", gamma_folded=True),
+}
+
+
+@pytest.mark.parametrize("form", POSITIVE, ids=list(POSITIVE))
+def test_layernorm_identity_fuses(form):
+    model = layernorm(**POSITIVE[form])
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    _numbers(model, result)
+    notes = result.fusions[0].notes
+    assert bool(notes) == POSITIVE[form].get("var", "two_pass").startswith("one_pass"), notes
+
+
+@pytest.mark.parametrize("kw", [dict(mean="sum_mul"), dict(mean="sum_div", normalize="reciprocal_pow_half"),
+                                dict(gamma_folded=True)], ids=["sum×1/N", "sum÷N,Reciprocal(Pow 0.5)", "γ folded"])
+def test_rmsnorm_identity_fuses(kw):
+    model = rmsnorm(**kw)
+    result = _fuse(model)
+    assert result.counts() == {"rmsnorm": 1}, _reasons(result)
+    _numbers(model, result)
+
+
+def test_one_pass_note_says_the_fused_node_is_more_accurate():
+    result = _fuse(layernorm(var="one_pass"))
+    assert "more accurate" in result.fusions[0].notes[0]
+    assert "note: one-pass variance" in str(result)
+
+
+def test_one_pass_variance_is_more_accurate_fused():
+    """Where E[x²] − E[x]² cancels (a large offset), the two-pass fused node is closer to the
+    float64 truth than the original."""
+    model = layernorm(var="one_pass")
+    result = _fuse(model)
+    x = (np.random.default_rng(5).standard_normal((2, 3, H)) * 0.01 + 300.0).astype(np.float32)
+    from .builders import run
+
+    want = run(model, {"x": x})[0]
+    got = run(result.model, {"x": x})[0]
+    x64 = x.astype(np.float64)
+    d = x64 - x64.mean(-1, keepdims=True)
+    g = _consts(model)
+    truth = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * g[0] + g[1]
+    assert np.abs(got - truth).max() < np.abs(want - truth).max() / 10
+
+
+def _consts(model) -> list[np.ndarray]:
+    return [onnx.numpy_helper.to_array(i) for i in model.graph.initializer if i.dims == [H]]
+
+
+# -- near-identities that are not one ------------------------------------------------------
+
+NEGATIVE = {
+    "sum ÷ 31 over 32 elements": (dict(mean="sum_div", n=31), "divides the sum by 31, but the reduced dims [32] hold 32 elements"),
+    "sum × 1/31": (dict(mean="sum_mul", n=31), "hold 32 elements"),
+    "sum ÷ a count of the wrong dim": (dict(mean="sum_div_wrong_dim"), "counts the dims [1]"),
+    "sum ÷ the size of the whole tensor": (dict(mean="sum_div_size"), "divides by the size of the whole tensor"),
+    "sum × N": (dict(mean="sum_mul_shape"), "multiplies the sum by N, not by its reciprocal"),
+    "E[x²] − E[y]²": (dict(var="one_pass_other"), "which the same part of the pattern matched elsewhere"),
+    "Pow(v, 0.49)": (dict(sqrt="pow_049"), "is 0.49, expected 0.5"),
+    "restore to [B, 1, S]": (dict(var="one_pass", restore="wrong", shape=("B", H, H)), "not the input's"),
+}
+
+
+@pytest.mark.parametrize("form", NEGATIVE, ids=list(NEGATIVE))
+def test_near_identity_is_not_fused(form):
+    kw, reason = NEGATIVE[form]
+    model = layernorm(**kw)
+    result = _fuse(model)
+    assert result.counts() == {}, result.fusions
+    assert reason in _reasons(result), _reasons(result)
+    feeds = _x((2, H, H) if kw.get("shape") else (2, 5, H))
+    assert max_error(model, result.model, feeds) == 0.0
+
+
+def test_one_pass_with_means_of_different_keepdims_is_not_fused():
+    """E[x] keeps its dims, E[x²] does not: E[x²] − E[x]² broadcasts to [1, H, H], which a
+    Reshape passes off as x's shape.  Not a variance."""
+    g = G(13)
+    x = g.input("x", FLOAT, [1, H, H])
+    m = g.op("ReduceMean", x, axes=[-1], keepdims=1)
+    ex2 = g.op("ReduceMean", g.op("Mul", x, x), axes=[-1], keepdims=0)
+    v = g.op("Max", g.op("Sub", ex2, g.op("Mul", m, m)), g.const(0.0))
+    v = g.op("Reshape", v, g.const(np.array([0, 0, -1], np.int64)))
+    y = g.op("Div", g.op("Sub", x, m), g.op("Sqrt", g.op("Add", v, g.const(1e-5))))
+    g.output(y, FLOAT)
+    model = g.model()
+    result = _fuse(model)
+    assert result.counts() == {}, result.fusions
+    assert "differ in keepdims" in _reasons(result), _reasons(result)
+    assert max_error(model, result.model, _x((1, H, H))) == 0.0
+
+
+def test_rms_never_takes_a_centered_input_written_as_add_neg():
+    """x + Neg(mean) is centered: an RMS chain over it is a LayerNorm that did not fuse."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", "S", H])
+    d = g.op("Add", x, g.op("Neg", g.op("Div", g.op("ReduceSum", x, g.const(np.array([-1], np.int64))), g.const(float(H)))))
+    inv = g.op("Pow", g.op("Add", g.op("ReduceMean", g.op("Mul", d, d), axes=[-1]), g.const(1e-5)), g.const(-0.5))
+    y = g.op("Mul", d, inv)
+    g.output(y, FLOAT)
+    result = _fuse(g.model(), ["rmsnorm"])
+    assert result.counts() == {}
+    assert "centered by a ReduceMean" in _reasons(result), _reasons(result)
+
+
+def test_x_minus_neg_mean_is_no_layernorm():
+    """x − Neg(mean) = x + mean: no LayerNorm; the chain is an RMSNorm of x + mean, and fuses as one."""
+    model = layernorm(center="sub_neg")
+    result = _fuse(model)
+    assert result.counts() == {"rmsnorm": 1}, _reasons(result)
+    _numbers(model, result)
