@@ -333,9 +333,11 @@ def is_mean(node: Node | None, sums: bool = False) -> bool:
         node = producer(node.inputs[0])
     if node is None:
         return False
+    if sums:  # the sum a Div/Mul scales
+        return node.op == "ReduceSum"
     if node.op in ("Div", "Mul"):
         return any(is_mean(p, sums=True) for p in map(producer, node.inputs))
-    return node.op in ("ReduceMean", "GlobalAveragePool") or (sums and node.op == "ReduceSum")
+    return node.op in ("ReduceMean", "GlobalAveragePool")
 
 
 _UNARY = frozenset("Abs Cast Ceil Elu Erf Exp Floor Gelu HardSigmoid Identity LeakyRelu Log Neg Reciprocal Relu "

@@ -273,3 +273,20 @@ def test_x_minus_neg_mean_is_no_layernorm():
     result = _fuse(model)
     assert result.counts() == {"rmsnorm": 1}, _reasons(result)
     _numbers(model, result)
+
+
+def test_rms_after_a_tf_layernorm_with_neg_shift_still_fuses():
+    """x·s + Neg(mean·s) is not x + Neg(mean): the RMSNorm reading it is no centered input.
+    (Found by the fuzzer while the mean test took Mul(ReduceMean, s) for a mean.)"""
+    from .fuzz import properties
+    from .fuzz.algebra import AlgebraNorm
+    from .fuzz.pieces import TFNorm
+    from .fuzz.spec import ModelSpec, build
+
+    spec = ModelSpec(opset=13, shape=("B", 3, 8), steps=(
+        ("none", TFNorm(square="mul", inverse="reciprocal", shift="neg", eps_value=1e-5)),
+        ("none", AlgebraNorm(kind="rms", mean="sum_div", variance="two_pass", root="pow_half", inverse="div")),
+    ))
+    case = build(spec)
+    assert case.expected == {"layernorm": 1, "rmsnorm": 1}
+    properties.check(case)
