@@ -5,6 +5,9 @@ Mul(d, Pow(var + eps, -0.5)); float Casts anywhere in the chain (fp16 models tha
 fp32/fp64 inside it); ReduceMean axes as attribute or input, negative or positive, one or
 several axes, trailing or not (channels-first ConvNeXt style); γ and/or β absent.
 
+The arithmetic other exporters write (sums ÷ N, one-pass variance, Pow roots, Neg, restores,
+GlobalAveragePool) comes from the combinators of patterns/_algebra.py.
+
 A second rule covers TensorFlow's batch-norm style rewrite (tf2onnx/keras2onnx):
 x * (γ / sqrt(var + eps)) + (β - mean * (γ / sqrt(var + eps))).
 """
@@ -62,19 +65,25 @@ class LayerNormRule(Rule):
     variants = (
         (
             "mean: ReduceMean with axes as attribute (opset < 18) or input (opset ≥ 18); one or several axes, "
-            "negative or positive, trailing or not (channels-first ConvNeXt)"
+            "negative or positive, trailing or not (channels-first ConvNeXt); ReduceSum ÷ N or × 1/N, N constant or "
+            "counted from Shape/Gather/ReduceProd or Size and checked against the reduced dims (JAX, torch dynamo); "
+            "GlobalAveragePool (tf2onnx)"
         ),
         (
             "variance: ReduceMean of the square of d = x − mean, reusing the mean or computing its own (torch.var); "
-            "keepdims=0 put back by Reshape (+ Expand) or Unsqueeze (dynamo's torch.var)"
+            "or one pass, E[x²] − E[x]², bare or clamped by Max(·, 0) / Relu (Flax, jax2onnx; the fused node is "
+            "two-pass, the fusion's note says so); keepdims=0 put back by Reshape (+ Expand) or Unsqueeze, before "
+            "or after ÷ N (dynamo's torch.var, var_mean)"
         ),
+        "center: Sub(x, mean), Add(x, Neg(mean)), or jax2onnx's Where(row constant, 0, x − mean)",
         "square: Pow(d, 2) or Mul(d, d)",
-        "epsilon: Add(variance, eps), or none (eps = 0)",
+        "epsilon: Add(variance, eps), eps a constant or CastLike(eps, x) (jax2onnx), or none (eps = 0)",
         (
-            "normalize: Div(d, Sqrt(v)), Mul(d, Reciprocal(Sqrt(v))), Mul(d, Div(1, Sqrt(v))) or Mul(d, Pow(v, -0.5)), "
-            "v = variance + eps"
+            "normalize: Div(d, √v), Mul(d, Reciprocal(√v)), Mul(d, Div(1, √v)) or Mul(d, Pow(v, -0.5)), "
+            "v = variance + eps, √v = Sqrt(v) or Pow(v, 0.5)"
         ),
-        "affine: Mul γ then Add β, only one of them, or neither; either operand order",
+        "affine: Mul γ then Add β, only one of them, or neither; either operand order; γ folded into the inverse "
+        "first, d·(rsqrt(v)·γ) (Flax, Keras)",
         "casts: float-to-float Cast anywhere in the chain (fp16 models that compute in fp32)",
     )
 
@@ -111,8 +120,10 @@ class LayerNormTFRule(LayerNormRule):
     doc = "TensorFlow form: x·(γ·rsqrt(var+eps)) + (β − mean·γ·rsqrt(var+eps))"
     variants = (
         "form: x·s + (β − mean·s) with s = γ·rsqrt(var + eps) (tf2onnx / keras2onnx)",
-        "rsqrt: Reciprocal(Sqrt(var + eps)) or Pow(var + eps, -0.5)",
-        "without β: x·s − mean·s or x·s + Neg(mean·s); without γ: s = rsqrt(var + eps)",
+        "rsqrt: Reciprocal(√v), Div(1, √v) or Pow(v, -0.5), v = var + eps",
+        "offset: β − mean·s or (−mean)·s + β (Keras 3); without β: x·s − mean·s, x·s + Neg(mean·s) or "
+        "x·s + (−mean)·s; without γ: s = rsqrt(var + eps)",
+        "mean: any spelling of the main rule's (GlobalAveragePool from tf2onnx)",
         "variance: ReduceMean of Pow(d, 2) or Mul(d, d), d = x − mean; Add(eps) present",
         "casts: float-to-float Cast anywhere in the chain",
     )

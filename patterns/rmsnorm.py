@@ -3,6 +3,9 @@
 Covered: Pow(x, 2) or Mul(x, x); Div(x, rms), Mul(x, Reciprocal(rms)) (torch.rsqrt via the
 dynamo exporter), Mul(x, Div(1, rms)) (torch.rsqrt via the TorchScript exporter),
 Mul(x, Pow(ms + eps, -0.5)); float Casts anywhere (LLaMA/T5 upcast to fp32 inside); γ absent.
+
+The arithmetic other exporters write (sums ÷ N, one-pass variance, Pow roots, Neg, restores,
+GlobalAveragePool) comes from the combinators of patterns/_algebra.py.
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ class RMSNormRule(Rule):
     doc = "Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div or Reciprocal/Pow(-0.5) → Mul (→ Mul γ)"
     variants = (
         "square: Pow(x, 2) or Mul(x, x)",
-        "mean: ReduceMean with axes as attribute or input; keepdims=0 put back by Reshape (+ Expand) or Unsqueeze",
-        "epsilon: Add(ms, eps), or none (eps = 0)",
+        "mean: ReduceMean with axes as attribute or input, ReduceSum ÷ N or × 1/N (N checked), GlobalAveragePool; "
+        "keepdims=0 put back by Reshape (+ Expand) or Unsqueeze",
+        "epsilon: Add(ms, eps), eps a constant or CastLike(eps, x) (jax2onnx), or none (eps = 0)",
         (
             "normalize: Div(x, Sqrt(v)), Mul(x, Reciprocal(Sqrt(v))) (torch.rsqrt, dynamo), Mul(x, Div(1, Sqrt(v))) "
-            "(torch.rsqrt, TorchScript) or Mul(x, Pow(v, -0.5)), v = ms + eps"
+            "(torch.rsqrt, TorchScript) or Mul(x, Pow(v, -0.5)), v = ms + eps; Sqrt(v) also as Pow(v, 0.5)"
         ),
-        "scale: Mul γ in either operand order (T5 and LLaMA put γ first), or none",
+        "scale: Mul γ in either operand order (T5 and LLaMA put γ first), or none; or folded into the inverse, "
+        "x·(rsqrt(v)·γ) (Flax)",
         "casts: float-to-float Cast anywhere (LLaMA and T5 upcast to fp32 inside)",
     )
 
