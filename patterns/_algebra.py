@@ -31,6 +31,8 @@ from fusion.rewrite import Reject
 
 # The ops a reduced mean is taken with (rules list them as their signature).
 REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "GlobalAveragePool"})
+# Every norm divides by a root: Sqrt or Pow(·, ±0.5) is in every match (the rules' anchor).
+ROOTS = frozenset({"Sqrt", "Pow"})
 
 
 def reduced_mean(x: Pattern, name: str) -> Pattern:

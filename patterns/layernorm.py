@@ -61,6 +61,7 @@ class LayerNormRule(Rule):
     pattern = PATTERN
     min_progress = 3
     signature = alg.REDUCTIONS
+    anchors = (alg.ROOTS,)
     doc = "ReduceMean → Sub → Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div (→ Mul γ → Add β)"
     variants = (
         (

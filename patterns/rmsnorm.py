@@ -38,6 +38,7 @@ class RMSNormRule(Rule):
     pattern = PATTERN
     min_progress = 4
     signature = alg.REDUCTIONS
+    anchors = (alg.ROOTS,)
     doc = "Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div or Reciprocal/Pow(-0.5) → Mul (→ Mul γ)"
     variants = (
         "square: Pow(x, 2) or Mul(x, x)",
