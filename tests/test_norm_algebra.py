@@ -290,3 +290,90 @@ def test_rms_after_a_tf_layernorm_with_neg_shift_still_fuses():
     case = build(spec)
     assert case.expected == {"layernorm": 1, "rmsnorm": 1}
     properties.check(case)
+
+
+def _stable_layernorm(row_axis: int = -1, eps_castlike: bool = False) -> onnx.ModelProto:
+    """jax2onnx's exact centering: Where(min == max and mean finite, 0, x − mean)."""
+    g = G(15)  # (CastLike)
+    x = g.input("x", FLOAT, ["B", "S", H])
+    m = g.op("ReduceMean", x, axes=[-1], keepdims=1)
+    d = g.op("Sub", x, m)
+    lo = g.op("ReduceMin", x, axes=[row_axis], keepdims=1)
+    hi = g.op("ReduceMax", x, axes=[row_axis], keepdims=1)
+    zero = g.const(0.0)
+    cond = g.op("And", g.op("Equal", lo, hi), g.op("Equal", g.op("Sub", m, m), zero))
+    sd = g.op("Where", cond, zero, d)
+    v = g.op("Cast", g.op("ReduceMean", g.op("Cast", g.op("Mul", sd, sd), to=onnx.TensorProto.DOUBLE), axes=[-1]), to=FLOAT)
+    eps = g.op("CastLike", g.const(np.float64(1e-5), dtype=np.float64), x) if eps_castlike else g.const(1e-5)
+    y = g.op("Div", sd, g.op("Sqrt", g.op("Add", v, eps)))
+    g.output(g.op("Add", g.op("Mul", y, g.const(np.full(H, 1.5, np.float32))), g.const(np.full(H, 0.1, np.float32))), FLOAT, ["B", "S", H])
+    return g.model()
+
+
+def test_exact_centering_fuses_with_a_note():
+    model = _stable_layernorm()
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    assert any("constant rows" in n for n in result.fusions[0].notes)
+    _numbers(model, result)
+
+
+def test_exact_centering_over_other_rows_is_not_fused():
+    """min == max over axis −2: the Where zeroes x − mean where a column is constant."""
+    model = _stable_layernorm(row_axis=-2)
+    result = _fuse(model)
+    assert "layernorm" not in result.counts(), result.fusions
+    assert "reduces axes [-2]" in _reasons(result) or "reduces [-2]" in _reasons(result), _reasons(result)
+    _numbers(model, result, tol=0.0 + 1e-12)
+
+
+def test_castlike_epsilon_fuses():
+    model = _stable_layernorm(eps_castlike=True)
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    assert result.fusions[0].nodes[-1]["attributes"]["epsilon"] == pytest.approx(1e-5)
+    _numbers(model, result)
+
+
+def test_global_average_pool_over_more_axes_than_the_variance_is_not_fused():
+    """Rank 4: GlobalAveragePool averages axes 2 and 3; the variance only axis −1."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 3, 4, H])
+    d = g.op("Sub", x, g.op("GlobalAveragePool", x))
+    v = g.op("ReduceMean", g.op("Mul", d, d), axes=[-1])
+    g.output(g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-5)))), FLOAT)
+    model = g.model()
+    result = _fuse(model)
+    assert result.counts() == {}, result.fusions
+    assert "mean reduces axes [-2, -1] but variance reduces [-1]" in _reasons(result), _reasons(result)
+    assert max_error(model, result.model, _x((2, 3, 4, H))) == 0.0
+
+
+def test_global_average_pool_over_all_spatial_axes_fuses():
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 3, 4, H])
+    m = g.op("GlobalAveragePool", x)
+    d = g.op("Sub", x, m)
+    v = g.op("GlobalAveragePool", g.op("Mul", d, d))
+    g.output(g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-5)))), FLOAT)
+    model = g.model()
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    for feeds in (_x((2, 3, 4, H)), _x((1, 3, 4, H), seed=4)):
+        assert max_error(model, result.model, feeds) < 1e-4
+
+
+def test_mean_over_every_axis_as_sum_over_size():
+    g = G(13)
+    x = g.input("x", FLOAT, [4, H])  # (every axis normalized: their sizes must be static)
+    ax = g.const(np.array([0, 1], np.int64))
+    size = g.op("Cast", g.op("Size", x), to=FLOAT)
+    m = g.op("Div", g.op("ReduceSum", x, ax, keepdims=1), size)
+    d = g.op("Sub", x, m)
+    v = g.op("Div", g.op("ReduceSum", g.op("Mul", d, d), ax, keepdims=1), size)
+    g.output(g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-5)))), FLOAT)
+    model = g.model()
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    for feeds in (_x((4, H)), _x((4, H), seed=4)):
+        assert max_error(model, result.model, feeds) < 1e-4
