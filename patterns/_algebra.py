@@ -342,14 +342,22 @@ def is_mean(node: Node | None, sums: bool = False) -> bool:
     return node.op in ("ReduceMean", "GlobalAveragePool")
 
 
-_UNARY = frozenset("Abs Cast Ceil Elu Erf Exp Floor Gelu HardSigmoid Identity LeakyRelu Log Neg Reciprocal Relu "
-                   "Round Selu Sigmoid Sign Softplus Sqrt Tanh".split())
+_UNARY = frozenset("Abs Cast Ceil Elu Erf Exp Floor Gelu GlobalAveragePool HardSigmoid Identity LeakyRelu Log Neg "
+                   "Reciprocal Relu Round Selu Sigmoid Sign Softplus Sqrt Tanh".split())
 _BROADCAST = frozenset("Add Sub Mul Div Pow Max Min Where".split())
 
 
-def rank_of(g, t: Tensor, depth: int = 16) -> int | None:
+def rank_of(g, t: Tensor, depth: int = 32, memo: dict | None = None) -> int | None:
     """``t``'s rank where shape inference left it unknown: through elementwise ops up to a
     known shape, or a Reshape whose shape vector has a static length (tf2onnx's Dense)."""
+    memo = {} if memo is None else memo
+    if id(t) not in memo:
+        memo[id(t)] = None  # (a cycle, in a malformed graph, gives up)
+        memo[id(t)] = _rank(g, t, depth, memo)
+    return memo[id(t)]
+
+
+def _rank(g, t: Tensor, depth: int, memo: dict) -> int | None:
     shape = g.shape(t, infer=False)
     if shape is not None:
         return len(shape)
@@ -358,21 +366,28 @@ def rank_of(g, t: Tensor, depth: int = 16) -> int | None:
         return None
     if node.op == "Reshape" and len(node.inputs) > 1:
         return _length(g, node.inputs[1], depth - 1)
+    if node.op.startswith("Reduce") and int(node.attrs.get("keepdims", 1)):
+        return rank_of(g, node.inputs[0], depth - 1, memo)
     if node.op in ("Squeeze", "Unsqueeze") and len(node.inputs) > 1:
-        axes, r = g.constant_value(node.inputs[1]), rank_of(g, node.inputs[0], depth - 1)
+        axes, r = g.constant_value(node.inputs[1]), rank_of(g, node.inputs[0], depth - 1, memo)
         if axes is None or r is None:
             return None
         return r - axes.size if node.op == "Squeeze" else r + axes.size
     if node.op in _UNARY and node.inputs:
-        return rank_of(g, node.inputs[0], depth - 1)
+        return rank_of(g, node.inputs[0], depth - 1, memo)
     if node.op == "Transpose" and node.inputs:
         perm = node.attrs.get("perm")
-        return len(perm) if perm else rank_of(g, node.inputs[0], depth - 1)
+        return len(perm) if perm else rank_of(g, node.inputs[0], depth - 1, memo)
+    if node.op == "Einsum":  # the output's subscripts, when written out (tf2onnx's attention)
+        eq = node.attrs.get("equation", "")
+        eq = eq.decode() if isinstance(eq, bytes) else eq
+        out = eq.split("->")[1].strip() if "->" in eq else None
+        return len(out) if out is not None and "." not in out else None
     if node.op == "MatMul" and len(node.inputs) == 2:
-        ranks = [rank_of(g, i, depth - 1) for i in node.inputs]
+        ranks = [rank_of(g, i, depth - 1, memo) for i in node.inputs]
         return max(ranks) if all(r is not None and r >= 2 for r in ranks) else None
     if node.op in _BROADCAST and node.outputs[0] is t:
-        ranks = [rank_of(g, i, depth - 1) for i in node.inputs]
+        ranks = [rank_of(g, i, depth - 1, memo) for i in node.inputs]
         return None if any(r is None for r in ranks) else max(ranks)
     return None
 
@@ -390,7 +405,7 @@ def _length(g, t: Tensor, depth: int) -> int | None:
         parts = [_length(g, i, depth - 1) for i in node.inputs]
         return None if any(p is None for p in parts) else sum(parts)
     if node.op == "Shape" and not node.attrs.get("start") and node.attrs.get("end") is None:
-        return rank_of(g, node.inputs[0], depth - 1)
+        return rank_of(g, node.inputs[0], depth - 1, memo)
     if node.op in ("Cast", "Identity"):
         return _length(g, node.inputs[0], depth - 1)
     if node.op == "Gather" and len(node.inputs) == 2:  # picked dims of a shape

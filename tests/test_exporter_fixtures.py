@@ -22,13 +22,6 @@ from .builders import run
 DIR = Path(__file__).resolve().parent / "fixtures" / "exporters"
 RECORDS = json.loads((DIR / "manifest.json").read_text())
 TOLERANCE = 2e-4  # fp32, relative to max(1, |output|)
-# Norms that do not fuse, with the reason the library gives (kept exact: a change shows).
-KNOWN_SHORT = {
-    # tf2onnx at opset 13 writes the attention's einsums as Reshape(·, Concat(Gather(Shape)))
-    # chains whose rank ONNX shape inference does not follow, and a GlobalAveragePool mean needs
-    # the rank to know its axes.  The same model at opset 17 fuses all 5.
-    "keras_bert_tf2onnx_op13.onnx": (1, "GlobalAveragePool", "the input rank is unknown"),
-}
 
 
 def _id(r) -> str:
@@ -66,14 +59,7 @@ def test_every_norm_fuses_and_nothing_else(record):
     path, feeds, ref = _load(record)
     result = fusion.run(str(path), ["layernorm", "rmsnorm"])
     counts = result.counts()
-    want_ln = record["expected_layernorm_fusions"]
-    short = KNOWN_SHORT.get(record["file"])
-    if short:
-        want_ln = short[0]
-        misses = [m.reason for m in result.near_misses if m.rule == "layernorm"]
-        assert len(misses) == record["expected_layernorm_fusions"] - short[0], misses
-        assert all(short[1] in r and short[2] in r for r in misses), misses
-    assert counts.get("layernorm", 0) == want_ln, (counts, [m.reason for m in result.near_misses])
+    assert counts.get("layernorm", 0) == record["expected_layernorm_fusions"], (counts, [m.reason for m in result.near_misses])
     assert counts.get("rmsnorm", 0) == record["expected_rmsnorm_fusions"], (counts, [m.reason for m in result.near_misses])
     if result.modified:
         got = run(result.model, feeds)
