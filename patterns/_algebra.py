@@ -268,7 +268,7 @@ def _check_count(g, node: Node, scale: Node, n: Tensor, x: Tensor, xshape, axes)
 
 def _shape_count(g, t: Tensor, depth: int = 8):
     """(tensor, gathered dims or None for all, inverted) if ``t`` counts elements of a tensor."""
-    inverted = False
+    inverted, product = False, False
     for _ in range(depth):
         node = producer(t)
         if node is None or node.domain not in ("", "ai.onnx"):
@@ -282,7 +282,7 @@ def _shape_count(g, t: Tensor, depth: int = 8):
         elif node.op == "ReduceProd":
             if _raw_axes_given(g, node):
                 return None, None, False  # a product over some axes of the dims vector: not one count
-            t = node.inputs[0]
+            product, t = True, node.inputs[0]
         elif node.op == "Size":
             return node.inputs[0], None, inverted
         elif node.op == "Gather":
@@ -292,6 +292,8 @@ def _shape_count(g, t: Tensor, depth: int = 8):
                 return None, None, False
             if src.attrs.get("start") is not None or src.attrs.get("end") is not None:
                 return None, None, False
+            if idx.size != 1 and not product:
+                return None, None, False  # several dims, not multiplied together: a vector, not a count
             return src.inputs[0], [int(i) for i in np.asarray(idx).reshape(-1)], inverted
         else:
             return None, None, False

@@ -377,3 +377,21 @@ def test_mean_over_every_axis_as_sum_over_size():
     assert result.counts() == {"layernorm": 1}, _reasons(result)
     for feeds in (_x((4, H)), _x((4, H), seed=4)):
         assert max_error(model, result.model, feeds) < 1e-4
+
+
+def test_sum_divided_by_a_vector_of_dims_is_not_a_mean():
+    """Div(ReduceSum over [S, W], Cast(Gather(Shape(x), [1, 2]))) divides by the vector [S, W]
+    elementwise (broadcast against [B, S, W]): without a ReduceProd the dims are no count."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 4, 2])
+    ax = g.const(np.array([-2, -1], np.int64))
+    dims = g.op("Cast", g.op("Gather", g.op("Shape", x), g.const(np.array([1, 2], np.int64)), axis=0), to=FLOAT)
+    m = g.op("Div", g.op("ReduceSum", x, ax, keepdims=1), dims)
+    d = g.op("Sub", x, m)
+    v = g.op("ReduceMean", g.op("Mul", d, d), axes=[-2, -1])
+    g.output(g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-5)))), FLOAT, ["B", 4, 2])
+    model = g.model()
+    result = _fuse(model)
+    assert "layernorm" not in result.counts(), result.fusions
+    assert "neither a constant nor a count of the input's dims" in _reasons(result), _reasons(result)
+    assert max_error(model, result.model, _x((2, 4, 2))) == 0.0
