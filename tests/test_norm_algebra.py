@@ -395,3 +395,15 @@ def test_sum_divided_by_a_vector_of_dims_is_not_a_mean():
     assert "layernorm" not in result.counts(), result.fusions
     assert "neither a constant nor a count of the input's dims" in _reasons(result), _reasons(result)
     assert max_error(model, result.model, _x((2, 4, 2))) == 0.0
+
+
+def test_html_report_shows_the_note(tmp_path):
+    from fusion import html_report
+
+    model = layernorm(var="one_pass")
+    src, out = tmp_path / "m.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, src)
+    result = fusion.run(str(src), ["layernorm"])
+    onnx.save(result.model, out)
+    html = html_report.render_report(src, out, result, verify=False)
+    assert "Note: one-pass variance" in html
