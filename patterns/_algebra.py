@@ -182,8 +182,11 @@ def _root_exponent(node: Node) -> str | None:
 
 
 def _small_scalar(t: Tensor) -> float | None:
-    proto = t.const
+    """A one-element constant's value, read as ModelGraph.constant_proto finds constants."""
     q = producer(t)
+    while q is not None and q.op == "Identity" and q.inputs:  # (as constant_proto follows them)
+        t, q = q.inputs[0], producer(q.inputs[0])
+    proto = t.const
     if proto is None and q is not None and q.op == "Constant":
         proto = q.attrs.get("value")
     if not isinstance(proto, onnx.TensorProto) or int(np.prod(proto.dims, dtype=np.int64)) != 1:
