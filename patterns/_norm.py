@@ -131,7 +131,8 @@ def _check_algebra(m: Match, g, reductions, x: Tensor, shape, axes: tuple[int, .
     """What the arithmetic identities (patterns/_algebra.py) need beyond structure."""
     _algebra.check_means(g, m, reductions, x, shape, axes)
     if _algebra.one_pass(m):
-        k_mean, k_var = (int(m[n].attrs.get("keepdims", 1)) for n in ("mean", "variance"))
+        # Both at x's rank (kept, or a sum put back before ÷ N), or both reduced.
+        k_mean, k_var = (int(m[n].attrs.get("keepdims", 1)) or n + "_sum_restore" in m for n in ("mean", "variance"))
         if k_mean != k_var:
             raise Reject(f"E[x²] ({m['variance'].name!r}) and E[x] ({m['mean'].name!r}) differ in keepdims: "
                          "their difference is not the variance")
