@@ -53,6 +53,20 @@ def reduced_mean(x: Pattern, name: str) -> Pattern:
     )
 
 
+def sum_of_squares_mean(d: Pattern, name: str) -> Pattern:
+    """mean(d²) as ReduceSumSquare(d) ÷ N (jnp.var under jax2onnx; N maybe computed from
+    constants, N − ddof), perhaps put back before the division.  Captures as reduced_mean."""
+    total = restored(Op("ReduceSumSquare", d, Opt(Const()), name=name), name + "_sum")
+    return Op("Div", total, Var(name + "_n"), name=name + "_scale", where=fed_by(total, 0))
+
+
+def nan_guarded(v: Pattern, name: str) -> Pattern:
+    """Where(n > 0, v, ·) with n folding to a positive constant: always v (jnp.var's guard
+    against ddof ≥ N).  Captures ``name + "_guard"`` (n) and ``name + "_where"``."""
+    cond = Op("Greater", Var(name + "_guard"), Const(value=0.0))
+    return Op("Where", cond, v, Var(), name=name + "_where")
+
+
 def restored(p: Pattern, name: str, guard: bool = True) -> Pattern:
     """``p`` (a reduced statistic), or ``p`` put back to the input's rank (capture
     ``name + "_restore"``): Reshape (+ Expand) or Unsqueeze, as torch's dynamo and JAX write.
@@ -204,10 +218,18 @@ def check_means(g, m: Match, names, x: Tensor, xshape, axes: tuple[int, ...]) ->
     """Every ReduceSum-based mean in ``m`` divides by the number of elements it summed."""
     for name in names:
         node = m.get(name)
-        if node is None or node.op != "ReduceSum":
+        if node is None or node.op not in ("ReduceSum", "ReduceSumSquare"):
             continue
         scale, n = m[name + "_scale"], m[name + "_n"]
         _check_count(g, node, scale, n, x, xshape, axes)
+        where = m.get(name + "_where")
+        if where is not None:
+            k = fold(g, m[name + "_guard"])
+            if k is None or not k > 0:
+                raise Reject(f"Where {where.name!r} picks the variance only where {m[name + '_guard'].name!r} > 0, "
+                             "which is not a positive constant")
+            if not _keeps_shape(g, where):
+                raise Reject(f"Where {where.name!r}: cannot tell that its other branch does not grow the variance")
 
 
 def notes(m: Match) -> tuple[str, ...]:
@@ -230,6 +252,8 @@ def _check_count(g, node: Node, scale: Node, n: Tensor, x: Tensor, xshape, axes)
     what = f"{scale.op} {scale.name!r}"
     inverse = scale.op == "Mul"
     value = g.constant_value(n, max_elements=1)
+    if value is None and fold(g, n) is not None:  # N − ddof computed from constants
+        value = np.asarray(fold(g, n), dtype=helper_dtype(g, n))
     if value is not None:
         if value.size != 1 or onnx.helper.np_dtype_to_tensor_dtype(value.dtype) not in FLOAT_TYPES:
             raise Reject(f"{what} scales the sum of {node.name!r} by {n.name!r}, not a float scalar")
@@ -417,3 +441,54 @@ def _length(g, t: Tensor, depth: int) -> int | None:
         idx = g.constant_value(node.inputs[1])
         return idx.size if idx is not None and idx.ndim == 1 else None
     return None
+
+
+_FOLD = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
+def fold(g, t: Tensor, depth: int = 4) -> float | None:
+    """The value of a one-element tensor computed from constants by Add/Sub/Mul/Div/Cast."""
+    v = g.constant_value(t, max_elements=1)
+    if v is not None:
+        return float(v.reshape(()).astype(np.float64)) if v.size == 1 else None
+    node = producer(t)
+    if node is None or depth == 0 or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op in ("Cast", "Identity") and node.inputs:
+        return fold(g, node.inputs[0], depth - 1)
+    if node.op in _FOLD and len(node.inputs) == 2:
+        a, b = (fold(g, i, depth - 1) for i in node.inputs)
+        if a is None or b is None or (node.op == "Div" and b == 0):
+            return None
+        return float(_FOLD[node.op](a, b))
+    return None
+
+
+def helper_dtype(g, t: Tensor):
+    """The numpy dtype of ``t`` (float32 if unknown)."""
+    et = g.elem_type(t, infer=False)
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(et) if et else np.float32
+    except (KeyError, TypeError):
+        return np.float32
+
+
+def _keeps_shape(g, where: Node) -> bool:
+    """Where(cond, v, other) has v's shape: inference says so, or cond and other are one value
+    each (other perhaps Expand-ed to Shape(v)) of no higher rank than v."""
+    cond, v, other = where.inputs
+    vshape, out = g.shape(v), g.shape(where.outputs[0])
+    if out is not None and out == vshape:
+        return True
+    if vshape is None:
+        return False
+    cshape = g.shape(cond)
+    if cshape is None or len(cshape) > len(vshape) or any(d != 1 for d in cshape):
+        return False
+    q = producer(other)
+    if q is not None and q.op == "Expand" and producer(q.inputs[1]) is not None:
+        s = producer(q.inputs[1])
+        if s.op == "Shape" and s.inputs[0] is v and not s.attrs.get("start") and s.attrs.get("end") is None:
+            other = q.inputs[0]
+    oshape = g.shape(other)
+    return oshape is not None and len(oshape) <= len(vshape) and all(d == 1 for d in oshape)

@@ -29,9 +29,13 @@ centered = alg.centered(cast(x), cast(mean), "center")
 var_mean = alg.restored(alg.reduced_mean(cast(x), "var_mean"), "var_mean")
 var_centered = alg.centered(cast(x), cast(var_mean), "var_center")
 square = alg.square(cast(var_centered), "square", cast(var_centered))
+# jnp.var under jax2onnx: Where(N − ddof > 0, ReduceSumSquare(d) ÷ (N − ddof), NaN).
+sum_squares = alg.sum_of_squares_mean(cast(var_centered), "variance")
 variance = alg.restored(
     # One pass (Flax's default): E[x²] − E[x]²; or two, E[(x − E[x])²].
     alg.one_pass_variance(alg.reduced_mean(cast(alg.square(cast(x), "x_square", cast(x))), "variance"), mean_reduced, cast)
+    | alg.nan_guarded(sum_squares, "variance")
+    | sum_squares
     | alg.reduced_mean(cast(square), "variance"),
     "variance",
     guard=False,

@@ -407,3 +407,42 @@ def test_html_report_shows_the_note(tmp_path):
     onnx.save(result.model, out)
     html = html_report.render_report(src, out, result, verify=False)
     assert "Note: one-pass variance" in html
+
+
+def _jnp_var_layernorm(ddof: float = 0.0, guard: float | None = None) -> onnx.ModelProto:
+    """jnp.var under jax2onnx: Where(N − ddof > 0, ReduceSumSquare(x − mean) ÷ (N − ddof), NaN),
+    N − ddof computed from constants at run time; the sum put back by Unsqueeze before ÷."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", "S", H])
+    d = g.op("Sub", x, g.op("ReduceMean", x, axes=[-1], keepdims=1))
+    n = g.op("Sub", g.const(float(H)), g.op("Cast", g.const(np.int64(ddof), dtype=np.int64), to=FLOAT))
+    ss = g.op("Unsqueeze", g.op("ReduceSumSquare", d, axes=[-1], keepdims=0), g.const(np.array([-1], np.int64)))
+    v = g.op("Div", ss, n)
+    cond = g.op("Greater", n if guard is None else g.const(guard), g.const(0.0))
+    v = g.op("Where", cond, v, g.op("Expand", g.const(np.float32(np.nan)), g.op("Shape", v)))
+    y = g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-6))))
+    g.output(g.op("Mul", y, g.const(np.full(H, 0.8, np.float32))), FLOAT, ["B", "S", H])
+    return g.model()
+
+
+def test_jnp_var_fuses():
+    model = _jnp_var_layernorm()
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    _numbers(model, result)
+
+
+def test_jnp_var_with_ddof_1_is_not_a_layernorm():
+    """÷ (N − 1): the unbiased variance."""
+    model = _jnp_var_layernorm(ddof=1)
+    result = _fuse(model)
+    assert "layernorm" not in result.counts(), result.fusions
+    assert "divides the sum by 31, but the reduced dims [32] hold 32 elements" in _reasons(result), _reasons(result)
+    assert max_error(model, result.model, _x()) == 0.0
+
+
+def test_jnp_var_guard_that_can_pick_nan_is_not_fused():
+    model = _jnp_var_layernorm(guard=0.0)
+    result = _fuse(model)
+    assert "layernorm" not in result.counts(), result.fusions
+    assert "which is not a positive constant" in _reasons(result), _reasons(result)
