@@ -111,13 +111,14 @@ x_scaled = Op("Mul", cast(x), cast(tf_scale), name="x_scaled")
 mean_scaled = Op("Mul", cast(mean), cast(tf_scale), name="mean_scaled")
 # Keras 3 writes the offset as (−mean)·s + β.
 neg_mean_scaled = Op("Mul", Op("Neg", cast(mean), name="mean_neg"), cast(tf_scale), name="offset")
-TF_PATTERN = cast(
-    Op("Add", x_scaled, Op("Sub", cast(Const("beta")), mean_scaled, name="offset"), name="shift")
-    | Op("Add", x_scaled, Op("Neg", mean_scaled, name="offset"), name="shift")
-    | Op("Sub", x_scaled, mean_scaled, name="shift")
-    | Op("Add", x_scaled, Op("Add", neg_mean_scaled, cast(Const("beta")), name="offset_beta"), name="shift")
-    | Op("Add", x_scaled, neg_mean_scaled, name="shift")
+# One Add over the offset's spellings (not one Add per spelling: each would be tried at every Add).
+offset = (
+    Op("Sub", cast(Const("beta")), mean_scaled, name="offset")
+    | Op("Neg", mean_scaled, name="offset")
+    | Op("Add", neg_mean_scaled, cast(Const("beta")), name="offset_beta")
+    | neg_mean_scaled
 )
+TF_PATTERN = cast(Op("Add", x_scaled, offset, name="shift") | Op("Sub", x_scaled, mean_scaled, name="shift"))
 
 
 class LayerNormTFRule(LayerNormRule):
