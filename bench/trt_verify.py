@@ -22,6 +22,7 @@ Rows go to DIR/trt_verify.json after every model, so a run cut short keeps what 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import logging
 import os
@@ -109,8 +110,9 @@ def _err(e: BaseException) -> str:
 
 
 def build_and_check(model: Any, original: Path, profiles: list, precision: str, opts: dict, what: str,
-                    references: str | None = None) -> dict:
-    """Build ``model``'s engine, verify it against ``original`` on onnxruntime, time it."""
+                    references: str | None = None, keep: list | None = None) -> dict:
+    """Build ``model``'s engine, verify it against ``original`` on onnxruntime, time it.
+    ``keep``: a list the BuiltEngine is appended to (to serialize or reload it)."""
     from fusion.trt import build_engine
     from fusion.trt_run import corner_feeds, time_engine
     from fusion.verify import _Model
@@ -125,12 +127,15 @@ def build_and_check(model: Any, original: Path, profiles: list, precision: str, 
         return out
     out.update(built=True, build_s=round(built.build_s, 2), plugin_layers=len(built.plugin_layers),
                plugin_layer_types=sorted({p.plugin for p in built.plugin_layers}),
-               engine_plugin_layers=built.engine_plugin_layers, network_layers=built.network_layers)  # fmt: skip
+               engine_plugin_layers=built.engine_plugin_layers, network_layers=built.network_layers,
+               plugin_layer_counts=dict(collections.Counter(p.plugin for p in built.plugin_layers)))  # fmt: skip
+    if keep is not None:
+        keep.append(built)
     out["build_wall_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
     ref = Path(references or "") / (Path(original).stem + ".npz")
     try:
-        rep = verify(str(original), model, backend="trt", engine=built)
+        rep = verify(str(original), model, backend="trt", engine=built, latency=False)  # timed below
         out.update(max_abs_err=rep.max_abs, passed=rep.passed, points=len(rep.shapes), skipped=rep.skipped,
                    worst=_worst(rep))  # fmt: skip
     except Exception as e:  # noqa: BLE001

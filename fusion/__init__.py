@@ -24,6 +24,13 @@ def build_engine(*args, **kwargs):
     return _build_engine(*args, **kwargs)
 
 
+def tune(*args, **kwargs):
+    """Fuse keeping only what makes the TensorRT engine faster; see :func:`fusion.tuning.tune`."""
+    from .tuning import tune as _tune
+
+    return _tune(*args, **kwargs)
+
+
 __all__ = [
     "Fusion",
     "FusionError",
@@ -39,5 +46,6 @@ __all__ = [
     "inspect",
     "run",
     "strip_functions",
+    "tune",
     "verify",
 ]

@@ -10,7 +10,7 @@ from typing import Sequence, Union
 import onnx
 import onnx_graphsurgeon as gs
 
-from . import model_io, passes, specs
+from . import defaults, model_io, passes, specs
 from .passes import PassResult
 
 log = logging.getLogger(__name__)
@@ -29,18 +29,31 @@ def fuse(
     base_dir: str | None = None,
     passes: Sequence[str] | None = None,
     inplace: bool = False,
+    assume_constant_initializers: bool = False,
 ) -> onnx.ModelProto | gs.Graph:
     """Fuse every supported pattern of the selected passes (default: all); returns the same kind it was given.
 
     ``target``: "plugin" (this project's plugins, default), "trt" (TensorRT's shipped
     plugins) or "onnx" (standard ops).  ``functions``: attach a model-local ONNX function to
-    each custom op so onnxruntime can run the fused model.  ``inplace``: edit the given
-    ModelProto instead of a copy (saves copying the weights).  A path comes back as a ModelProto
+    each custom op so onnxruntime can run the fused model; a chain whose node no function can
+    define is then left as it is (a near-miss says why).  ``functions=False`` asks for
+    plugin-only output, which onnxruntime cannot run (a warning says so).  ``inplace``: edit
+    the given ModelProto instead of a copy (saves copying the weights).  A fused model that
+    fails onnx.checker while the input passes raises ``InternalError``; the given ModelProto is
+    then left as it was, ``inplace`` or not.  A path comes back as a ModelProto
     with its external data loaded, as ``onnx.load`` would; use :func:`fuse_file` to keep
     weights on disk.  An unmodified model is returned as is.
+
+    ``assume_constant_initializers``: an initializer that is also listed as a graph input
+    (IR >= 4) may be fed another value by the caller, so by default no rule bakes its value
+    (such chains are near-misses saying so).  True treats them as constants, as onnxruntime's
+    remove_initializer_from_input tool does, and a fused model then no longer lists them as inputs.
     """
     chosen = passes if passes is not None else passes_
-    result = run(model, chosen, target=target, functions=functions, validate=validate, base_dir=base_dir, inplace=inplace)
+    result = run(
+        model, chosen, target=target, functions=functions, validate=validate, base_dir=base_dir, inplace=inplace,
+        assume_constant_initializers=assume_constant_initializers,
+    )
     return result.model
 
 
@@ -54,9 +67,18 @@ def fuse_gemm(model: ModelLike, *, target: str = "plugin", **kwargs) -> onnx.Mod
     return fuse(model, passes=("gemm",), target=target, **kwargs)
 
 
-def inspect(model: ModelLike, passes_: Sequence[str] | None = None, *, target: str = "plugin", base_dir: str | None = None) -> PassResult:
+def inspect(
+    model: ModelLike,
+    passes_: Sequence[str] | None = None,
+    *,
+    target: str = "plugin",
+    base_dir: str | None = None,
+    assume_constant_initializers: bool = False,
+) -> PassResult:
     """Dry run: what would fuse, and for each near-miss the reason it does not."""
-    return run(model, passes_, target=target, dry_run=True, base_dir=base_dir)
+    return run(
+        model, passes_, target=target, dry_run=True, base_dir=base_dir, assume_constant_initializers=assume_constant_initializers
+    )
 
 
 def run(
@@ -69,12 +91,17 @@ def run(
     dry_run: bool = False,
     base_dir: str | None = None,
     inplace: bool = False,
+    assume_constant_initializers: bool = False,
 ) -> PassResult:
     """Fuse and return the full result (model, fusions, near-misses, warnings)."""
-    rules = passes.rules_for(pass_names)
+    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
+    frozen = assume_constant_initializers
     if isinstance(model, gs.Graph):
         proto = gs.export_onnx(model)
-        result = passes.run(proto, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run)
+        result = passes.run(
+            proto, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run,
+            assume_constant_initializers=frozen,
+        )
         if result.modified:
             result.model = gs.import_onnx(result.model)
         else:
@@ -82,12 +109,13 @@ def run(
         return result
     if isinstance(model, onnx.ModelProto):
         return passes.run(
-            model, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run, inplace=inplace
+            model, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run, inplace=inplace,
+            assume_constant_initializers=frozen,
         )
     loaded = model_io.load(model)
     result = passes.run(
         loaded.proto, rules, target, base_dir=loaded.base_dir, functions=functions, validate=validate, dry_run=dry_run,
-        inplace=True,
+        inplace=True, assume_constant_initializers=frozen,
     )
     if not dry_run and model_io.external_tensors(result.model):
         onnx.load_external_data_for_model(result.model, loaded.base_dir)
@@ -102,12 +130,13 @@ def fuse_file(
     target: str = "plugin",
     functions: bool = True,
     validate: bool = True,
+    assume_constant_initializers: bool = False,
 ) -> PassResult:
     """Fuse the model at ``src`` into ``dst``; weights stay on disk and stream to dst's data file.
 
     ``dst`` may be ``src``: the output is written to a temporary file and renamed over it.
     """
-    rules = passes.rules_for(pass_names)
+    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
     loaded = model_io.load(src)
     result = passes.run(
         loaded.proto,
@@ -118,6 +147,7 @@ def fuse_file(
         validate=validate,
         inplace=True,  # the proto was just read: no one else holds it
         reload=lambda: model_io.load(src).proto,
+        assume_constant_initializers=assume_constant_initializers,
     )
     same = Path(src).resolve() == Path(dst).resolve()
     model_io.save(result.model, dst, source_dir=loaded.base_dir, in_place=same)

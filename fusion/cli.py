@@ -14,8 +14,10 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -32,7 +34,7 @@ TARGETS = ("plugin", "trt", "onnx")
 
 def _add_fusion_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fusion")
-    g.add_argument("--passes", help="comma-separated passes (default: all; see `list`)")
+    g.add_argument("--passes", help="comma-separated passes (default: all but those the target leaves out: gemm for trt; see `list`)")
     g.add_argument("--target", choices=TARGETS, default="plugin", help="what fused nodes become (default: plugin)")
     g.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies to custom ops")
     g.add_argument("--no-validate", action="store_true", help="skip onnx.checker (full) on the output")
@@ -49,6 +51,12 @@ def _add_verify_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--atol", type=float, help="absolute tolerance for every output (default: by dtype)")
     g.add_argument("--rtol", type=float, help="relative tolerance for every output (default: by dtype)")
     g.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    g.add_argument(
+        "--extra-checks",
+        metavar="LIST",
+        help="comma-separated extra checks beyond random inputs: 'initializers fed', 'zero-size dim', "
+        "'large mean', or none / all (default: fusion.verify.DEFAULT_EXTRA_CHECKS)",
+    )
 
 
 def _add_output_args(p: argparse.ArgumentParser) -> None:
@@ -61,9 +69,17 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
 def cmd_fuse(args: argparse.Namespace) -> int:
     from . import api, report
 
+    if args.tune:  # build and time engines: keep what makes them faster (fusion/tuning.py)
+        from .tuning import run_cli
+
+        return run_cli(args)
     passes = _split(args.passes) if args.passes else None
+    if args.report:  # before anything is written: a bad report path must not cost the model
+        from .html_report import check_report_path  # noqa: PLC0415
+
+        check_report_path(args.report, [p for p in (args.model, args.output) if p])
     if args.dry_run:
-        result = api.inspect(args.model, passes, target=args.target)
+        result = api.inspect(args.model, passes, target=args.target, assume_constant_initializers=args.freeze_initializers)
         print(report.to_json(result) if args.json else report.text(result, dry_run=True))
         if args.report:
             from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
@@ -72,22 +88,39 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         return 0
     if not args.output:
         raise FusionError("fuse needs -o OUTPUT (or --dry-run)")
-    result = api.fuse_file(
-        args.model,
-        args.output,
-        passes,
-        target=args.target,
-        functions=not args.no_functions,
-        validate=not args.no_validate,
-    )
-    print(report.to_json(result) if args.json else report.text(result))
-    if not result.modified:
-        log.info("nothing fused: %s is a copy of the input", args.output)
-    if args.report:
-        from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+    with contextlib.ExitStack() as keep:
+        original = args.model
+        if args.report and _same_file(args.model, args.output):
+            # In place: the report compares with (and draws) the original, so keep it.
+            from .html_report import snapshot  # noqa: PLC0415
 
-        write_report(args.model, args.output, result, args.report)
+            original = keep.enter_context(snapshot(args.model))
+        result = api.fuse_file(
+            args.model,
+            args.output,
+            passes,
+            target=args.target,
+            functions=not args.no_functions,
+            validate=not args.no_validate,
+            assume_constant_initializers=args.freeze_initializers,
+        )
+        print(report.to_json(result) if args.json else report.text(result))
+        if not result.modified:
+            log.info("nothing fused: %s is a copy of the input", args.output)
+        if args.report:
+            from .html_report import write_report  # noqa: PLC0415 - optional, heavier imports
+
+            write_report(original, args.output, result, args.report, shown_as=args.model)
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -97,9 +130,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.trt:
         kwargs = _engine_options(args)
         kwargs["profiles"] = _profiles(args.profile)
+        kwargs["latency"] = not args.no_latency
     rep = verify(
         args.original,
         args.fused,
+        extra_checks=_extra_checks(args.extra_checks),
         shapes=_parse_shapes(args.shapes),
         atol=args.atol,
         rtol=args.rtol,
@@ -109,6 +144,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     print(json.dumps(rep.to_dict(), indent=2) if args.json else rep.table())
     return 0 if rep.passed else 1
+
+
+def _extra_checks(text: str | None):
+    from .verify import EXTRA_CHECKS  # noqa: PLC0415
+
+    if text is None:
+        return True
+    if text.strip().lower() == "none":
+        return False
+    if text.strip().lower() == "all":
+        return list(EXTRA_CHECKS)
+    return _split(text)  # (verify names the unknown ones)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -169,7 +216,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_plugins_build(args: argparse.Namespace) -> int:
     from . import plugin_lib
 
-    lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"])
+    lib = plugin_lib.build_library(Path(args.output) if args.output else None, archs=args.arch or ["sm_90"],
+                                   trt=args.trt, tensorrt_include=args.tensorrt_include)  # fmt: skip
     print(lib)
     return 0
 
@@ -254,8 +302,16 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output .onnx (may equal the input: written atomically)")
     p.add_argument("--dry-run", action="store_true", help="report matches and near-misses; write nothing")
     p.add_argument("--report", help="also write an HTML report of every fusion to this path")
+    p.add_argument(
+        "--freeze-initializers",
+        action="store_true",
+        help="treat initializers listed as graph inputs as constants; the output stops listing them as inputs",
+    )
     _add_fusion_args(p)
     _add_output_args(p)
+    from .tuning import add_cli_args  # noqa: PLC0415
+
+    add_cli_args(p)
     p.set_defaults(func=cmd_fuse)
 
     p = sub.add_parser("verify", help="compare a fused model with the original")
@@ -272,6 +328,8 @@ def make_parser() -> argparse.ArgumentParser:
         "more profiles; inputs default to each profile's min/opt/max (default profile: spans the verify shapes)",
     )
     _add_engine_args(g)
+    g.add_argument("--no-latency", action="store_true",
+                   help="skip building the original's engine and timing both engines (fused/unfused speed-up per shape)")
     _add_verify_args(p)
     _add_output_args(p)
     p.set_defaults(func=cmd_verify)
@@ -290,8 +348,12 @@ def make_parser() -> argparse.ArgumentParser:
     b = psub.add_parser("build", help="compile plugin_src into one shared library")
     b.add_argument("-o", "--output", help="output directory (default: plugin_build)")
     b.add_argument("--arch", nargs="+", help="GPU architectures (default: sm_90)")
+    b.add_argument("--trt", type=int, choices=(10, 8), default=10,
+                   help="10: IPluginV3 libfusion_plugins.so (default); 8: IPluginV2DynamicExt libfusion_plugins_trt8.so")
+    b.add_argument("--tensorrt-include", metavar="DIR",
+                   help="headers of the TensorRT to build for (else $TENSORRT_INCLUDE; --trt 8 without: our own)")
     b.set_defaults(func=cmd_plugins_build)
-    c = psub.add_parser("check", help="compare the library's creators with the plugin specs (no GPU needed)")
+    c = psub.add_parser("check", help="compare a library's creators with the plugin specs (either flavour, no GPU needed)")
     c.add_argument("library")
     c.set_defaults(func=cmd_plugins_check)
 

@@ -5,6 +5,9 @@ name.  onnxruntime runs the body, so the fused model runs anywhere; TensorRT's p
 the registered plugin (onnx-tensorrt imports a local function only when no plugin creator of
 that name is registered).
 
+Bodies never turn a zero-size dim into a copied one: a Reshape to a shape computed at run time
+uses ``allowzero=1`` (opset 14) or, below, :func:`reshape_keeping_zeros`.
+
 Bodies refer to the calling node's attributes (``ref_attr_name``), so one function serves
 every node (before opset 12, a float attribute reaches the body as LeakyRelu's alpha).  Where
 the model's opset cannot express a reference (``CastLike`` needs opset 15) the value is baked
@@ -90,8 +93,52 @@ class Body:
             return self.op("Flatten", x, axis=axis)
         return self.op("Flatten", x, refs={"axis": (axis_field, onnx.AttributeProto.INT)})
 
+    def ints(self, values: list[int]) -> str:
+        return self.op("Constant", value=helper.make_tensor("c", TensorProto.INT64, [len(values)], values))
+
+    def reshape(self, y: str, shape: str) -> str:
+        """Reshape ``y`` to the run-time ``shape``, whose 0s mean 0 (see reshape_keeping_zeros)."""
+        return reshape_keeping_zeros(lambda op, *ins, **attrs: self.op(op, *ins, **attrs), self.ints, y, shape, self.opset)
+
     def rename_last(self, name: str) -> None:
         self.nodes[-1].output[0] = name
+
+
+def reshape_keeping_zeros(op: Callable[..., str], ints: Callable[[list[int]], str], y: str, shape: str, opset: int) -> str:
+    """Reshape ``y`` to ``shape`` (an int64 tensor computed at run time) where a 0 is a zero-size dim.
+
+    Reshape reads a 0 as "copy this dim of the input" unless ``allowzero=1`` (opset 14): an empty
+    batch would come out as [0, 64, 64] for [0, 0, 64], or fail.  Below opset 14 the zeros are
+    made 1s, ``y`` is padded to that many elements, reshaped, and sliced down to ``shape``
+    (with no zero in ``shape`` the pad is empty and the slice takes everything).  The pad's
+    values are sliced away: they repeat y's first element's sum (0 for an empty y), which
+    has y's type whatever it is.  ``op(op_type, *inputs, **attrs)`` adds a node and returns
+    its output.
+    """
+    if opset >= 14:
+        return op("Reshape", y, shape, allowzero=1)
+    if opset < 10:  # Slice takes its bounds as attributes: a run-time shape cannot be one
+        raise ValueError("reshape_keeping_zeros needs opset >= 10")
+    zeros = op("Sub", shape, shape)
+    if opset >= 12:  # Max takes int64 from opset 12 (and is a plain elementwise layer in TensorRT)
+        safe = op("Max", shape, ints([1]))
+    else:
+        safe = op("Where", op("Equal", shape, zeros), ints([1]), shape)
+    extra = op("Sub", op("ReduceProd", safe, keepdims=1), op("ReduceProd", shape, keepdims=1))
+    flat = op("Flatten", y, axis=0)  # [1, size]
+    first = op("Slice", flat, ints([0]), ints([1]), ints([1]))
+    filler = op("Expand", op("ReduceSum", first, keepdims=1), op("Concat", ints([1]), extra, axis=0))
+    full = op("Reshape", op("Concat", flat, filler, axis=1), safe)
+    return op("Slice", full, zeros, shape)
+
+
+def same_function(a: onnx.FunctionProto, b: onnx.FunctionProto) -> bool:
+    """Whether two functions compute the same (their doc strings aside)."""
+    ca, cb = onnx.FunctionProto(), onnx.FunctionProto()
+    ca.CopyFrom(a)
+    cb.CopyFrom(b)
+    ca.doc_string = cb.doc_string = ""
+    return ca.SerializeToString(deterministic=True) == cb.SerializeToString(deterministic=True)
 
 
 class _CannotBake(Exception):
@@ -108,7 +155,8 @@ def _norm_body(b: Body, centered: bool, scale: str, bias: str | None, axis_field
     y = b.op("Mul", b.op("Div", x2, std), b.to_compute(b.op("Flatten", scale, axis=0)))
     if bias is not None:
         y = b.op("Add", y, b.to_compute(b.op("Flatten", bias, axis=0)))
-    b.op("Reshape", b.like_input(y, "X"), b.op("Shape", "X"))
+    # Back to X's shape; an empty X stays empty in every dim it has.
+    b.reshape(b.like_input(y, "X"), b.op("Shape", "X"))
     b.rename_last("Y")
 
 

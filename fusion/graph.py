@@ -75,13 +75,18 @@ class ModelGraph:
     proto: onnx.ModelProto
     base_dir: str | None = None  # where external data is resolved; None: in memory only
     scopes: list[Scope] = field(default_factory=list)
+    # Treat the main graph's initializers that are also graph inputs as constants: the caller
+    # promises never to feed them (see ``overridable``; the output then stops listing them).
+    assume_constant_initializers: bool = False
     _names: set[str] | None = None
     _shapes_inferred: bool = False
 
     @classmethod
-    def from_proto(cls, proto: onnx.ModelProto, base_dir: str | None = None, skip_functions=()) -> "ModelGraph":
+    def from_proto(
+        cls, proto: onnx.ModelProto, base_dir: str | None = None, skip_functions=(), assume_constant_initializers: bool = False
+    ) -> "ModelGraph":
         """Read ``proto``; functions whose (domain, name) is in ``skip_functions`` are not scanned."""
-        mg = cls(proto=proto, base_dir=base_dir)
+        mg = cls(proto=proto, base_dir=base_dir, assume_constant_initializers=assume_constant_initializers)
         opset = default_opset(proto.opset_import)
         mg._add_scope("graph", "main", ir.import_graph(proto.graph), opset, None, ("graph",))
         for k, fproto in enumerate(proto.functions):
@@ -149,10 +154,25 @@ class ModelGraph:
         return name
 
     # -- constants ----------------------------------------------------------------------
+    # A constant is a value known when fusing: a Constant node, or an initializer no caller can
+    # replace.  An initializer that is also listed as a graph input is not one from IR 4 on:
+    # ONNX lets the caller feed it and onnxruntime honours that.  Below IR 4 every initializer
+    # had to be listed as an input, and onnxruntime refuses to feed them there, so they count
+    # as constants.  Such an "overridable" initializer can still be passed through to a fused
+    # node as an input, if its shape is pinned (``fixed_shape``); a rule may never bake its value.
+
+    def overridable(self, t: ir.Tensor) -> bool:
+        """An initializer a caller may replace by feeding the graph input of the same name."""
+        if t.const is None or t.graph_input is None or self.proto.ir_version < 4:
+            return False
+        if self.assume_constant_initializers and self.scopes and self.scopes[0].ir.tensors.get(t.name) is t:
+            return False  # the caller's promise covers the main graph's inputs only
+        return True
+
     def constant_proto(self, t: ir.Tensor) -> onnx.TensorProto | None:
         """The TensorProto behind a constant tensor (an initializer or a Constant node), else None."""
         if t.const is not None:
-            return t.const
+            return None if self.overridable(t) else t.const
         if len(t.inputs) == 1:
             node = t.inputs[0]
             if node.op == "Constant" and node.domain in ("", "ai.onnx"):
@@ -167,6 +187,32 @@ class ModelGraph:
     def constant_shape(self, t: ir.Tensor) -> tuple[int, ...] | None:
         p = self.constant_proto(t)
         return None if p is None else tuple(p.dims)
+
+    def fixed_shape(self, t: ir.Tensor) -> tuple[int, ...] | None:
+        """The shape of a constant, or of an overridable initializer whose graph input declares
+        exactly its dims and type (onnxruntime refuses a feed of another shape or type); else None.
+        The value of the latter may still change: pass it through, never bake it."""
+        shape = self.constant_shape(t)
+        if shape is not None or not self.overridable(t):
+            return shape
+        declared = _declared(t.graph_input)
+        if declared is None or declared[0] != t.const.data_type or declared[1] != list(t.const.dims):
+            return None
+        return tuple(t.const.dims)
+
+    def not_constant_reason(self, t: ir.Tensor) -> str:
+        """Why ``t`` has no value known when fusing (for near-miss reasons)."""
+        seen = t
+        while not self.overridable(seen):
+            node = producer(seen)
+            if node is None or node.op != "Identity" or not node.inputs:
+                return f"{t.name!r} is not a constant"
+            seen = node.inputs[0]
+        via = "" if seen is t else f" (through Identity of {seen.name!r})"
+        return (
+            f"{t.name!r}{via} is an initializer that is also a graph input, so a caller may feed another value; "
+            "treat it as a constant only with assume_constant_initializers=True (CLI: --freeze-initializers)"
+        )
 
     def constant_value(self, t: ir.Tensor, max_elements: int = MAX_CONST_READ) -> np.ndarray | None:
         """Read a constant's value; None if it is not constant or too big to read for matching."""
@@ -199,6 +245,9 @@ class ModelGraph:
         p = self.constant_proto(t)
         if p is not None:
             return list(p.dims)
+        if self.overridable(t):  # a feed may have any shape its graph input allows
+            declared = _declared(t.graph_input)
+            return None if declared is None else declared[1]
         if t.shape is None and infer:
             self._infer_shapes()
         return None if t.shape is None else list(t.shape)
@@ -300,6 +349,41 @@ def read_tensor(p: onnx.TensorProto, base_dir: str | None) -> np.ndarray:
         q.data_location = onnx.TensorProto.DEFAULT
         p = q
     return numpy_helper.to_array(p)
+
+
+def _declared(vi: onnx.ValueInfoProto) -> tuple[int, list] | None:
+    """(element type, dims) a graph input declares; dims as in ``ModelGraph.shape``."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    tt = vi.type.tensor_type
+    return tt.elem_type, [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+
+
+def freeze_initializers(model: onnx.ModelProto) -> list[str]:
+    """Stop listing the main graph's initializers as graph inputs (what onnxruntime's
+    remove_initializer_from_input does), so no caller can feed a value the fusion assumed
+    constant; initializers nothing reads any more go too.  Returns the names unlisted."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    frozen = [i.name for i in g.input if i.name in inits]
+    if not frozen:
+        return []
+    keep = [i for i in g.input if i.name not in inits]
+    del g.input[:]
+    g.input.extend(keep)
+    read: set[str] = {o.name for o in g.output}
+    for c in node_lists(model).values():
+        for n in c.node:
+            read.update(n.input)
+            for a in n.attribute:  # names an enclosing graph's value is read by in a body
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                    read.update(o.name for o in sub.output)
+    unused = set(frozen) - read
+    if unused:
+        kept = [t for t in g.initializer if t.name not in unused]
+        del g.initializer[:]
+        g.initializer.extend(kept)
+    return frozen
 
 
 def _constant_node_value(n: onnx.NodeProto) -> onnx.TensorProto | None:

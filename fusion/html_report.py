@@ -8,12 +8,15 @@ model, or why it could not run).  One file, no scripts, no external CSS/fonts/im
 
 from __future__ import annotations
 
+import contextlib
 import html
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import specs
+from . import model_io, specs
+from .errors import OutputError
 from .graph import ModelGraph, node_lists
 from .passes import Fusion, PassResult
 from .svg_graph import Box, elide, layered_svg
@@ -55,19 +59,90 @@ def write_report(
     report_path: str | os.PathLike,
     *,
     verify: bool = True,
+    shown_as: str | os.PathLike | None = None,
 ) -> Path:
     """Write the HTML report of ``result`` (the fusion of ``model_path`` into ``fused_path``).
 
     ``fused_path`` None (a dry run) or ``verify=False``: the report says verification did not run.
+    ``shown_as``: the original's name in the report when ``model_path`` is a copy of it (see
+    :func:`snapshot`).
     """
     out = Path(report_path)
     if out.suffix.lower() not in (".html", ".htm"):
         log.warning("%s: the report is HTML whatever the file's suffix", out)
-    text = render_report(model_path, fused_path, result, verify=verify)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    check_report_path(out, [p for p in (model_path, fused_path, shown_as) if p is not None])
+    text = render_report(model_path, fused_path, result, verify=verify, shown_as=shown_as)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise OutputError(f"--report {out}: cannot write: {e.strerror or e}") from e
     log.info("wrote %s (%d fusions, %.0f kB)", out, len(result.fusions), len(text) / 1024)
     return out
+
+
+# -- where the report goes ------------------------------------------------------------------
+
+
+def check_report_path(report: str | os.PathLike, models: Sequence[str | os.PathLike]) -> None:
+    """Raise OutputError unless ``report`` can be written and names none of ``models`` (nor
+    their external data files): called before anything is written."""
+    out = Path(report)
+    for m in models:
+        m = Path(m)
+        for victim in (m, *model_io._data_names(m, 8)):  # (the data files save() writes)
+            if _same_path(out, victim):
+                what = "model" if victim == m else "model's external data"
+                raise OutputError(f"--report {out} is the {what} file {victim}: give the HTML report its own path")
+    if out.is_dir():
+        raise OutputError(f"--report {out}: is a directory")
+    if out.exists():
+        if not os.access(out, os.W_OK):
+            raise OutputError(f"--report {out}: not writable")
+        return
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:  # the report's parents get made
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputError(f"--report {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"--report {out}: directory {parent} is not writable")
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+@contextlib.contextmanager
+def snapshot(model_path: str | os.PathLike) -> Iterator[Path]:
+    """A copy of the model at ``model_path`` and its external data that outlives writing over
+    it (``fuse M -o M --report R`` reports on the original): hard links beside it where the
+    file system allows, else copies; removed on exit."""
+    src = Path(model_path)
+    loaded = model_io.load(src)  # (graph only: external data stays on disk)
+    files = [src.name] + sorted(
+        {e.value for t in model_io.external_tensors(loaded.proto) for e in t.external_data if e.key == "location"}
+    )
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".fusion-report-", dir=src.parent))
+    except OSError:
+        tmp = Path(tempfile.mkdtemp(prefix="fusion-report-"))
+    try:
+        for rel in files:
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src.parent / rel, dst)
+            except OSError:
+                shutil.copyfile(src.parent / rel, dst)
+        yield tmp / src.name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def render_report(
@@ -76,12 +151,15 @@ def render_report(
     result: PassResult,
     *,
     verify: bool = True,
+    shown_as: str | os.PathLike | None = None,
 ) -> str:
-    """The report as one HTML string."""
+    """The report as one HTML string (``shown_as``: see :func:`write_report`)."""
     original = onnx.load(os.fspath(model_path), load_external_data=False)
     fused = onnx.load(os.fspath(fused_path), load_external_data=False) if fused_path and result.modified else None
     index = _ModelIndex(original, fused)
     check, why_not = _verify(model_path, fused_path, result, verify)
+    if shown_as is not None:
+        model_path = shown_as
 
     body = [_summary(model_path, fused_path, result, original, fused, check, why_not)]
     body.append(_verify_section(check, why_not))
@@ -342,26 +420,39 @@ def _verify_section(check, why_not: str) -> str:
     if check is None:
         return head + f'<p class="muted">Not run: {_e(why_not)}.</p></section>'
     rows = []
+    errors: dict[str, None] = {}
     for c in check.checks:
         cls = "ok" if c.passed else "fail"
+        what = getattr(c, "check", "random")
         rows.append(
-            f"<tr><td>{c.shape_point}</td><td>{_e(c.output)}</td><td>{_e(c.dtype)}</td><td>{_e(c.shape)}</td>"
-            f"<td>{c.max_abs:.3g}</td><td>{c.max_rel:.3g}</td><td>{c.atol:.1g}</td><td>{c.rtol:.1g}</td>"
+            f"<tr><td>{c.shape_point}</td><td>{_e(what.split(':')[0])}</td><td>{_e(c.output)}</td><td>{_e(c.dtype)}</td>"
+            f"<td>{_e(c.shape)}</td><td>{c.max_abs:.3g}</td><td>{c.max_rel:.3g}</td><td>{c.atol:.1g}</td><td>{c.rtol:.1g}</td>"
             f'<td class="{cls}">{"ok" if c.passed else "FAIL"}</td></tr>'
         )
+        if getattr(c, "error", ""):
+            errors.setdefault(f"shape {c.shape_point}: the fused model fails: {c.error}")
+    labels = getattr(check, "labels", [])
+
+    def label(i: int) -> str:
+        return f" ({labels[i]})" if i < len(labels) and labels[i] != "random" else ""
+
     shapes = "".join(
-        f"<li>shape {i}: " + _e(", ".join(f"{k}={v}" for k, v in s.items())) + "</li>" for i, s in enumerate(check.shapes)
+        f"<li>shape {i}{_e(label(i))}: " + _e(", ".join(f"{k}={v}" for k, v in s.items())) + "</li>"
+        for i, s in enumerate(check.shapes)
     )
-    skipped = "".join(f"<li>skipped: {_e(s)}</li>" for s in check.skipped)
+    skipped = "".join(f'<li class="fail">{_e(e)}</li>' for e in errors)
+    skipped += "".join(f"<li>skipped: {_e(s)}</li>" for s in check.skipped)
     verdict = "PASSED" if check.passed else "FAILED"
     return (
         head
-        + f"<p>The original runs on onnxruntime; the fused model on {_e(check.backend)}; random inputs at each shape point. "
+        + f"<p>The original runs on onnxruntime; the fused model on {_e(check.backend)}; random inputs at each shape point, "
+        + "then the extra checks named in the <em>check</em> column. "
         + f'<span class="badge {"ok" if check.passed else "fail"}">{verdict}</span></p>'
-        + '<table class="grid"><tr><th>shape</th><th>output</th><th>dtype</th><th>dims</th><th>max abs</th>'
+        + '<table class="grid"><tr><th>shape</th><th>check</th><th>output</th><th>dtype</th><th>dims</th><th>max abs</th>'
         + "<th>max rel</th><th>atol</th><th>rtol</th><th>result</th></tr>"
         + "".join(rows)
         + f'</table><ul class="muted">{shapes}{skipped}</ul></section>'
+        + (check.latency.html() if getattr(check, "latency", None) is not None else "")
     )
 
 

@@ -37,13 +37,16 @@ class AttributeRef:
 
 
 class Tensor:
-    __slots__ = ("name", "inputs", "outputs", "const", "_info", "_dtype", "_shape")
+    __slots__ = ("name", "inputs", "outputs", "const", "graph_input", "_info", "_dtype", "_shape")
 
     def __init__(self, name: str, dtype: int | None = None, shape: list | None = None, const=None, info=None):
         self.name = name
         self.inputs: list[Node] = []  # the producer, if any
         self.outputs: list[Node] = []  # consumers, in this graph and in nested subgraphs
         self.const = const  # the TensorProto of an initializer
+        # An initializer also listed as a graph input: that input's ValueInfoProto.  From IR 4
+        # on a caller may feed it, so its value is not a constant (fusion.graph decides).
+        self.graph_input: onnx.ValueInfoProto | None = None
         self._info = info  # a ValueInfoProto, decoded on first use (most never are)
         self._dtype = dtype
         self._shape = shape
@@ -166,6 +169,8 @@ def import_graph(proto: onnx.GraphProto, parent: Graph | None = None) -> Graph:
     for vi in proto.input:
         if vi.name not in g.tensors:
             g.tensors[vi.name] = _from_info(vi)
+        else:
+            g.tensors[vi.name].graph_input = vi
         g.inputs.append(g.tensors[vi.name])
     _import_nodes(g, proto.node, info)
     for vi in proto.output:

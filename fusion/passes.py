@@ -20,10 +20,10 @@ import onnx
 from . import specs
 from .errors import FusionError
 from .ir import Node
-from .graph import ModelGraph, Scope, weightless
+from .graph import ModelGraph, Scope, freeze_initializers, weightless
 from .model_io import check_graph, check_versions, external_tensors
 from .pattern import Failure, Match, Matcher
-from .rewrite import Editor, Emitter, Reject
+from .rewrite import Editor, Emitter, Reject, topologically_sorted
 from .rules import TARGETS, Context, Rule
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class Fusion:
     root: str
     removed: list[str]
     nodes: list[dict]  # emitted nodes: op_type, name, domain, inputs, outputs, attributes
+    compute_type: str | None = None  # element type the fused nodes compute in ("FLOAT", "DOUBLE")
     notes: list[str] = field(default_factory=list)  # what the fused node does differently (rule's check says)
 
 
@@ -93,12 +94,16 @@ def run(
     inplace: bool = False,
     reload: Callable[[], onnx.ModelProto] | None = None,
     options: dict | None = None,
+    assume_constant_initializers: bool = False,
 ) -> PassResult:
     """Apply ``rules`` to ``model``; see the module doc.
 
-    ``model`` is left as it was unless ``inplace`` (which saves copying the weights); then
-    ``reload`` gives the original back, should the output fail validation, to tell whose
-    fault that is.
+    ``model`` is left as it was unless ``inplace`` (which saves copying the weights); even
+    then it is changed only once the fused model passed validation (checked on a weightless
+    copy), so a failure raises and leaves ``model`` intact.  ``reload`` is no longer needed
+    (kept for callers that pass it).
+    ``assume_constant_initializers``: initializers listed as graph inputs are constants (see
+    ModelGraph.overridable); a fused output then no longer lists them as inputs.
     """
     t0 = time.perf_counter()
     # requires
@@ -106,11 +111,21 @@ def run(
         raise FusionError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
     check_versions(model)
     ours = {(s.domain, s.op_type) for s in specs.SPECS}
-    graph = ModelGraph.from_proto(model, base_dir, skip_functions=ours)
+    graph = ModelGraph.from_proto(model, base_dir, skip_functions=ours, assume_constant_initializers=assume_constant_initializers)
+    ir_version = model.ir_version
     check_graph(graph.scopes[0].ir)
+    caller, work = model, model
+    sorted_copy = topologically_sorted(model)
+    if sorted_copy is not None:
+        # The rules take node order for dependency order: work on a sorted copy.
+        log.info("the model's nodes are not in topological order: fusing a sorted copy")
+        work = sorted_copy
+        graph = ModelGraph.from_proto(
+            work, base_dir, skip_functions=ours, assume_constant_initializers=assume_constant_initializers
+        )
 
     # call
-    editor = Editor(graph)
+    editor = Editor(graph, functions=functions)
     claimed: set[int] = set()
     fusions: list[Fusion] = []
     misses: list[NearMiss] = []
@@ -137,11 +152,25 @@ def run(
 
     if dry_run or not editor.modified:
         return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0, dry_run=dry_run)
-    out, warnings = editor.apply(with_functions=functions, inplace=inplace)
+    edit_in_place = inplace or work is not caller  # a sorted copy is ours to edit
+    if validate and edit_in_place:
+        # Validate a weightless fused copy first: the proto edited in place stays intact on failure.
+        light, _ = editor.apply(with_functions=functions, base=weightless(work))
+        _validate(light, lambda: caller, base_dir)
+    out, warnings = editor.apply(with_functions=functions, inplace=edit_in_place)
+    # The fusion may have read those initializers as constants: let no caller feed them.  Below
+    # IR 4 they were constants by convention; a function body lifts the IR version past that.
+    if out.ir_version >= 4 and (assume_constant_initializers or ir_version < 4):
+        frozen = freeze_initializers(out)
+        if frozen:
+            log.info("%d initializers are no longer listed as graph inputs: %s", len(frozen), ", ".join(frozen[:8]))
 
     # ensures
-    if validate:
-        _validate(out, reload if inplace else (lambda: model), base_dir)
+    if validate and not edit_in_place:
+        _validate(out, lambda: caller, base_dir)
+    if inplace and work is not caller:
+        caller.CopyFrom(out)
+        out = caller
     return PassResult(out, True, fusions, misses, warnings, time.perf_counter() - t0)
 
 
@@ -187,7 +216,7 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
     for i, m in enumerate(matcher.match(rule.pattern, root)):
         if i >= MAX_MATCHES_PER_ROOT:
             break
-        em = Emitter(ctx.graph, ctx.scope, _prefix(m))
+        em = Emitter(ctx.graph, ctx.scope, _prefix(m), editor=editor)
         try:
             removed = _contained(m, ctx.scope)
             desc = rule.check(m, ctx)
@@ -207,6 +236,7 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
             root=root.name,
             removed=[n.name for n in removed],
             nodes=[_describe(n) for n in em.nodes],
+            compute_type=None if em.compute_type is None else onnx.TensorProto.DataType.Name(em.compute_type),
             notes=list(getattr(desc, "notes", ())),
         )
     if best is None:

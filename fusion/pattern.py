@@ -8,7 +8,8 @@ back to its inputs::
 
 * ``Var(name)`` binds any tensor; a Var used twice must bind the same tensor.
 * ``Const(name, value=...)`` binds a constant (initializer or Constant node), optionally
-  with a required scalar value.
+  with a required scalar value; without one it also binds an initializer a caller may
+  override (ModelGraph.overridable), which the rule must then pass through, not bake.
 * ``Op(op_type, *inputs, name=...)`` binds the node producing the tensor.  Add and Mul are
   commutative: both operand orders are tried.
 * ``a | b`` declares alternatives; ``Opt(p)`` a trailing optional input.
@@ -184,8 +185,8 @@ class Matcher:
                 all_nodes=_unique(st.order),
             )
 
-    def fail(self, st: _State, reason: Callable[[], str]) -> None:
-        progress = len(st.order)
+    def fail(self, st: _State, reason: Callable[[], str], bonus: float = 0.0) -> None:
+        progress = len(st.order) + bonus
         # On a tie the later failure wins: alternatives are tried most specific first.
         if self.best is None or progress >= self.best.progress:
             self.best = Failure(progress, reason)
@@ -215,8 +216,12 @@ class Matcher:
         elif isinstance(p, Var):
             yield st.bind(p, t)
         elif isinstance(p, Const):
-            if not self.graph.is_constant(t):
-                self.fail(st, lambda: f"{_desc(t)} is not a constant")
+            # An initializer a caller may override binds a Const without a required value (a
+            # rule may pass it through); its value is never known, so no value can be checked.
+            if not (self.graph.is_constant(t) or (p.value is None and self.graph.overridable(t))):
+                # Outranks alternatives failing as far along: it is the reason the user can act on.
+                bonus = 0.5 if self.graph.overridable(t) else 0.0
+                self.fail(st, lambda: self.graph.not_constant_reason(t), bonus)
                 return
             if p.value is not None:
                 v = self.graph.scalar(t)

@@ -1,16 +1,22 @@
 """Build, describe and check the TensorRT plugin library compiled from plugin_src/.
 
-``build_library`` compiles every ``.cu``/``.cpp`` under plugin_src/ (tools/ aside) into one
-``libfusion_plugins.so`` with nvcc, the TensorRT 10 headers and the cuBLASLt header.  The
+``build_library`` compiles plugin_src/ (tools/ aside) into one library per TensorRT flavour:
+``libfusion_plugins.so`` (``trt=10``, the default: IPluginV3, for TensorRT >= 10) or
+``libfusion_plugins_trt8.so`` (``trt=8``: IPluginV2DynamicExt, for TensorRT 8.x, built against
+a real installation's headers or, without them, the project's own declarations in
+plugin_src/trt8/NvInfer8Abi.h).  Both share the kernels, launchers and the glue's cores;
+each has its own thin interface layer.  The
 library links cudart statically and opens libcublasLt itself when an FC plugin is first
 configured, so it loads on machines without a GPU or cuBLAS.  The creators' names, versions,
 namespaces and fields come from ``fusion.specs`` through a generated header
 (``plugin_src/generated/plugin_specs.h``, rewritten into the build folder at each build).
 
-``check_library`` runs the small ``fusion_describe`` program (plugin_src/tools/describe.cpp):
-it dlopens the library as TensorRT's ``IPluginRegistry::loadLibrary`` does, calls
-``getCreators``, creates each plugin from fields, serializes, recreates and clones it, and
-prints what it saw as JSON; the check compares that with the specs.  No GPU is needed.
+``check_library`` runs a small describe program: ``fusion_describe`` (tools/describe.cpp)
+dlopens a TRT10 library as ``IPluginRegistry::loadLibrary`` does and calls ``getCreators``;
+``fusion_describe_trt8`` (tools/describe8.cpp) defines ``getPluginRegistry`` itself so a TRT8
+library's load-time registration lands in a recording registry.  Either creates each plugin
+from fields, serializes, recreates and clones it, and prints what it saw as JSON; the check
+compares that with the specs.  No GPU is needed.
 """
 
 from __future__ import annotations
@@ -46,6 +52,46 @@ CREATOR_INTERFACE = ("PLUGIN CREATOR_V3ONE", 1, 0)
 PLUGIN_INTERFACE = ("PLUGIN", 1, 0)
 # Exported from the library; everything else (static cudart included) stays local.
 EXPORTS = ("getCreators", "setLoggerFinder", "fusion_norm_plan")
+TRT_VERSIONS = (10, 8)
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One plugin library: the TensorRT interface generation it implements and its files."""
+
+    trt: int  # 10: IPluginV3 (TensorRT >= 10); 8: IPluginV2DynamicExt (TensorRT 8.x)
+    lib_name: str
+    describe_name: str
+    describe_src: str  # under plugin_src/tools
+    stamp_name: str
+    include_dir: str  # the build folder's generated include dir
+    exports: tuple[str, ...]
+    # Interface the creators / plugins report: (kind, major); minor follows the headers.
+    creator_interface: tuple[str, int]
+    plugin_interface: tuple[str, int]
+    # Sources under plugin_src/ that belong only to the other flavour's interface layer.
+    skip: tuple[str, ...]
+
+
+# The IPluginV3 interface layer (the TRT8 layer lives in plugin_src/trt8/).
+V3_GLUE = ("common/NormPlugin.cpp", "common/entry.cpp", "fc/FcPlugin.cpp", "layernorm/LayerNormPlugin.cpp",
+           "rmsnorm/RmsNormPlugin.cpp")  # fmt: skip
+FLAVOURS = {
+    10: Flavour(10, LIB_NAME, DESCRIBE_NAME, "describe.cpp", STAMP_NAME, "include", EXPORTS,
+                CREATOR_INTERFACE[:2], PLUGIN_INTERFACE[:2], ("trt8/",)),  # fmt: skip
+    8: Flavour(8, "libfusion_plugins_trt8.so", "fusion_describe_trt8", "describe8.cpp", "build_trt8.json",
+               "include_trt8", ("fusion_trt8_register", "fusion_norm_plan"), ("IPluginCreator", 8),
+               ("IPluginV2DynamicExt", 8), V3_GLUE),  # fmt: skip
+}
+# Our own TensorRT 8 declarations, used when no real 8.x headers are given.
+TRT8_ABI_HEADER = "trt8/NvInfer8Abi.h"
+
+
+def flavour(trt: int | str) -> Flavour:
+    try:
+        return FLAVOURS[int(trt)]
+    except (KeyError, ValueError):
+        raise PluginBuildError(f"no plugin library for TensorRT {trt!r} (choose one of {list(TRT_VERSIONS)})") from None
 CUBLAS_PIP = "nvidia-cublas"  # ships nvidia/cu13/include/cublasLt.h
 TRT_HEADERS_PIP = "kernel-lens"  # ships include/tensorrt/NvInfer*.h (TensorRT 10.x, Apache-2.0)
 _FLAGS = ("-std=c++17", "-O3", "-Xcompiler=-fPIC,-fvisibility=hidden,-Wall,-Wno-unused-function")
@@ -176,6 +222,42 @@ def write_spec_header(path: Path | None = None) -> Path:
     return path
 
 
+_README_BEGIN = "<!-- BEGIN GENERATED: trt8 -->"
+_README_END = "<!-- END GENERATED: trt8 -->"
+_ARRIVES = {FieldType.INT: "kINT32 ×1", FieldType.FLOAT: "kFLOAT32 ×1", FieldType.STRING: "kCHAR × its length",
+            FieldType.INTS: "kINT32 × n", FieldType.FLOATS: "kFLOAT32 × n"}  # fmt: skip
+
+
+def render_trt8_table(specs: Sequence[PluginSpec] | None = None) -> str:
+    """plugin_src/README.md's table of the TRT8 creators, from the specs."""
+    rows = ["| creator (`IPluginCreator`) | version | namespace | inputs (ITensors) | fields: ONNX attribute → PluginField |",
+            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for s in fusion_specs() if specs is None else specs:
+        ins = ", ".join(f"`{p.name}`" + (" (optional)" if p.optional else "") for p in s.inputs)
+        fields = "<br>".join(
+            f"`{f.name}` {f.type.onnx_name} → {_ARRIVES.get(f.type, f.type.trt_name)}"
+            + (", required" if f.required else f", default {f.default}")
+            for f in s.fields
+        )
+        rows.append(f"| `{s.op_type}` | {s.version} | `{s.namespace}` | {ins} | {fields} |")
+    note = ("\nEvery tensor (X and the outputs) fp32 or fp16, linear (`supportsFormatCombination`; TensorRT 8 has "
+            "no bf16), inputs after X of X's type.  Plugin state serializes as the same fields.")  # fmt: skip
+    return "\n".join(rows) + "\n" + note
+
+
+def _readme_with_table(text: str) -> str:
+    a, b = text.index(_README_BEGIN) + len(_README_BEGIN), text.index(_README_END)
+    return text[:a] + "\n<!-- generated from fusion/specs.py: python -m fusion.plugin_lib readme -->\n" + \
+        render_trt8_table() + "\n" + text[b:]  # fmt: skip
+
+
+def write_readme_table(path: Path | None = None) -> Path:
+    """Rewrite the TRT8 table in plugin_src/README.md."""
+    path = path or plugin_src_dir() / "README.md"
+    path.write_text(_readme_with_table(path.read_text()))
+    return path
+
+
 # --------------------------------------------------------------------------- toolchain
 
 
@@ -183,12 +265,14 @@ def write_spec_header(path: Path | None = None) -> Path:
 class Toolchain:
     nvcc: Path
     cuda_include: Path
-    trt_include: Path
+    trt_include: Path | None  # None: the project's own TensorRT 8 declarations
     cublas_include: Path
+    trt_version: str = ""  # of trt_include, from NvInferVersion.h ("own" for our declarations)
 
     @property
     def includes(self) -> list[str]:
-        return [f"-I{self.trt_include}", f"-I{self.cublas_include}", f"-I{self.cuda_include}"]
+        trt = [f"-I{self.trt_include}"] if self.trt_include is not None else []
+        return [*trt, f"-I{self.cublas_include}", f"-I{self.cuda_include}"]
 
 
 def _package_dirs(name: str) -> list[Path]:
@@ -213,19 +297,53 @@ def find_nvcc(nvcc: str | None = None) -> Path:
     raise PluginBuildError("nvcc not found: install the CUDA toolkit or pass nvcc= / set $NVCC")
 
 
-def find_trt_include() -> Path:
-    """A folder with TensorRT >= 10 headers: $TENSORRT_INCLUDE, the kernel-lens wheel, system."""
+def trt_header_version(include: Path) -> tuple[int, int, int] | None:
+    """(major, minor, patch) from ``include/NvInferVersion.h``; None if it is not there."""
+    path = Path(include) / "NvInferVersion.h"
+    if not path.is_file():
+        return None
+    text = path.read_text(errors="replace")
+    nums = []
+    for part in ("MAJOR", "MINOR", "PATCH"):
+        m = re.search(rf"#define\s+(?:NV_TENSORRT_{part}|TRT_{part}_ENTERPRISE)\s+(\d+)", text)
+        nums.append(int(m.group(1)) if m else 0)
+    return (nums[0], nums[1], nums[2]) if nums[0] else None
+
+
+def _check_trt_headers(d: Path, trt: int) -> bool:
+    """True if ``d`` holds TensorRT headers of flavour ``trt``; raise if it holds another one's."""
+    version = trt_header_version(d)
+    if version is None or not (d / "NvInferRuntime.h").is_file():
+        return False
+    fits = version[0] >= 10 if trt == 10 else version[0] == 8
+    if not fits:
+        dotted = ".".join(map(str, version))
+        raise PluginBuildError(f"TensorRT headers in {d} are {dotted}, not for the TRT{trt} library: build with "
+                               f"--trt {10 if version[0] >= 10 else 8} or give other headers")  # fmt: skip
+    return True
+
+
+def find_trt_include(trt: int = 10, given: str | Path | None = None) -> Path | None:
+    """TensorRT headers of flavour ``trt``: ``given`` (only it), $TENSORRT_INCLUDE, then for
+    TRT10 the kernel-lens wheel and system folders.  For TRT8 without headers: None (the
+    project's own declarations).  Headers of the other flavour are refused."""
+    if given is not None:
+        if not _check_trt_headers(Path(given), trt):
+            raise PluginBuildError(f"no TensorRT headers (NvInferRuntime.h, NvInferVersion.h) in {given}")
+        return Path(given)
     cands: list[Path] = []
     if os.environ.get("TENSORRT_INCLUDE"):
-        cands.append(Path(os.environ["TENSORRT_INCLUDE"]))
+        env = Path(os.environ["TENSORRT_INCLUDE"])
+        if _check_trt_headers(env, trt):
+            return env
+    if trt == 8:
+        return None
     cands += [d / "include" / "tensorrt" for d in _package_dirs("kernel_lens")]
     cands += [Path("/usr/include/x86_64-linux-gnu"), Path("/usr/local/tensorrt/include"), Path("/usr/include")]
     for d in cands:
-        version = d / "NvInferVersion.h"
-        if (d / "NvInferRuntime.h").is_file() and version.is_file():
-            m = re.search(r"#define\s+(?:NV_TENSORRT_MAJOR|TRT_MAJOR_ENTERPRISE)\s+(\d+)", version.read_text())
-            if m and int(m.group(1)) >= 10:
-                return d
+        version = trt_header_version(d)
+        if (d / "NvInferRuntime.h").is_file() and version and version[0] >= 10:
+            return d
     raise PluginBuildError(
         f"TensorRT >= 10 headers (NvInferRuntime.h) not found: pip install {TRT_HEADERS_PIP} or set $TENSORRT_INCLUDE"
     )
@@ -265,10 +383,12 @@ def find_cuda_include(nvcc: Path) -> Path:
     raise PluginBuildError(f"CUDA headers (cuda_runtime_api.h) not found for {nvcc}")
 
 
-def find_toolchain(nvcc: str | None = None) -> Toolchain:
+def find_toolchain(nvcc: str | None = None, trt: int = 10, tensorrt_include: str | Path | None = None) -> Toolchain:
     nvcc_path = find_nvcc(nvcc)
     cuda_include = find_cuda_include(nvcc_path)
-    return Toolchain(nvcc_path, cuda_include, find_trt_include(), find_cublas_include(cuda_include))
+    trt_inc = find_trt_include(trt, tensorrt_include)
+    version = ".".join(map(str, trt_header_version(trt_inc) or ())) if trt_inc is not None else "own"
+    return Toolchain(nvcc_path, cuda_include, trt_inc, find_cublas_include(cuda_include), version)
 
 
 def _arch_number(arch: str) -> str:
@@ -291,9 +411,15 @@ def gencode_flags(archs: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------- build
 
 
-def library_sources(src: Path | None = None) -> list[Path]:
+def library_sources(src: Path | None = None, trt: int = 10) -> list[Path]:
+    """The library's sources: everything but tools/ and the other flavour's interface layer."""
     src = src or plugin_src_dir()
-    files = [p for p in src.rglob("*") if p.suffix in (".cu", ".cpp") and "tools" not in p.relative_to(src).parts]
+    skip = flavour(trt).skip
+    files = []
+    for p in src.rglob("*"):
+        rel = p.relative_to(src).as_posix()
+        if p.suffix in (".cu", ".cpp") and "tools" not in p.relative_to(src).parts and not rel.startswith(skip):
+            files.append(p)
     return sorted(files)
 
 
@@ -332,62 +458,105 @@ def build_library(
     jobs: int = 2,
     *,
     with_harness: bool = False,
+    trt: int = 10,
+    tensorrt_include: str | Path | None = None,
 ) -> Path:
-    """Compile plugin_src/ into ``out_dir/libfusion_plugins.so`` (+ the describe helper).
+    """Compile plugin_src/ into ``out_dir/<flavour's library>`` (+ its describe helper).
 
-    Skips the work when the sources, the generated spec header, archs and flags match the
-    last build's stamp (toolchain paths are not part of it, so a prebuilt folder can move).
-    ``with_harness`` also builds the GPU harness (plugin_src/tools/harness.cpp).
+    ``trt`` picks the flavour: 10 (IPluginV3, ``libfusion_plugins.so``) or 8
+    (IPluginV2DynamicExt, ``libfusion_plugins_trt8.so``).  ``tensorrt_include`` (else
+    $TENSORRT_INCLUDE) names real TensorRT headers, which must be of that flavour; TRT8
+    builds without them use plugin_src/trt8/NvInfer8Abi.h.  Skips the work when the
+    sources, the generated spec header, archs, flags and header version match the last
+    build's stamp (toolchain paths are not part of it, so a prebuilt folder can move).
+    ``with_harness`` also builds the GPU harness (TRT10 only).
     Raises PluginBuildError with a one-line reason.
     """
+    fl = flavour(trt)
+    if with_harness and fl.trt != 10:
+        raise PluginBuildError("the harness drives the IPluginV3 library only (build it with --trt 10)")
     out = Path(out_dir) if out_dir is not None else Path.cwd() / "plugin_build"
     out = out.resolve()
     src = plugin_src_dir()
     header = render_spec_header()
     gencode = gencode_flags(archs)
-    lib, describe, harness = out / LIB_NAME, out / DESCRIBE_NAME, out / HARNESS_NAME
-    stamp = out / STAMP_NAME
-    # The stamp ignores the toolchain's paths so a prebuilt folder stays valid when moved.
-    key = _tree_hash(src, [header, *gencode, *_FLAGS, ",".join(EXPORTS)])
+    lib, describe, harness = out / fl.lib_name, out / fl.describe_name, out / HARNESS_NAME
+    stamp = out / fl.stamp_name
     old: dict[str, Any] = {}
     if stamp.is_file():
         try:
             old = json.loads(stamp.read_text())
         except ValueError:
             old = {}
+    # Named headers are checked first (a mismatched flavour fails before anything else);
+    # their version is part of the key.
+    given_inc = tensorrt_include or os.environ.get("TENSORRT_INCLUDE") or None
+    headers = "own" if fl.trt == 8 and not given_inc else str(old.get("headers", ""))
+    if given_inc:
+        if tensorrt_include is not None and not _check_trt_headers(Path(tensorrt_include), fl.trt):
+            raise PluginBuildError(f"no TensorRT headers (NvInferRuntime.h, NvInferVersion.h) in {tensorrt_include}")
+        version = trt_header_version(Path(given_inc))
+        headers = ".".join(map(str, version)) if version else "none"
+    key = _tree_hash(src, [header, *gencode, *_FLAGS, ",".join(fl.exports), f"trt{fl.trt}", headers])
     lib_ok = old.get("hash") == key and lib.is_file() and describe.is_file()
     harness_ok = lib_ok and bool(old.get("harness")) and harness.is_file()
     if lib_ok and (harness_ok or not with_harness):
         LOG.info("plugin library up to date: %s", lib)
         return lib
 
-    tc = find_toolchain(nvcc)
+    tc = find_toolchain(nvcc, fl.trt, tensorrt_include)
+    if tc.trt_version != headers:  # TRT10 without named headers: key on what was found
+        headers = tc.trt_version
+        key = _tree_hash(src, [header, *gencode, *_FLAGS, ",".join(fl.exports), f"trt{fl.trt}", headers])
     out.mkdir(parents=True, exist_ok=True)
-    gen_inc = out / "include"
-    (gen_inc / "generated").mkdir(parents=True, exist_ok=True)
-    (gen_inc / SPEC_HEADER_REL).write_text(header)
+    gen_inc = _generated_includes(out / fl.include_dir, header, tc)
     # The fresh header shadows the committed copy (-I build/include comes first).
     includes = [f"-I{gen_inc}", f"-I{src}", *tc.includes]
     tool_base = [str(tc.nvcc), "-std=c++17", "-O2", *includes]
     if not lib_ok:
         stamp.unlink(missing_ok=True)
-        _compile_and_link(tc, src, includes, gencode, out, jobs)
-        _run([*tool_base, "-cudart", "none", str(src / "tools" / "describe.cpp"), "-o", str(describe), "-ldl"],
-             "build " + DESCRIBE_NAME)  # fmt: skip
+        _compile_and_link(tc, src, includes, gencode, out, jobs, fl)
+        _build_describe(tool_base, src, fl, describe)
     if with_harness:
         _run([*tool_base, "-cudart", "static", str(src / "tools" / "harness.cpp"), "-o", str(harness), "-ldl",
               "-lpthread", "-lrt"], "build " + HARNESS_NAME)  # fmt: skip
-    stamp.write_text(json.dumps({"hash": key, "archs": list(archs), "harness": with_harness or harness_ok}, indent=1))
-    LOG.info("built %s", lib)
+    record = {"hash": key, "archs": list(archs), "harness": with_harness or harness_ok, "trt": fl.trt, "headers": headers}
+    stamp.write_text(json.dumps(record, indent=1))
+    LOG.info("built %s (TensorRT %s headers: %s)", lib, fl.trt, headers)
     return lib
 
 
-def _compile_and_link(tc: Toolchain, src: Path, includes: list[str], gencode: list[str], out: Path, jobs: int) -> None:
+def _generated_includes(gen_inc: Path, header: str, tc: Toolchain) -> Path:
+    """The build's include folder: the fresh spec header and, for our own TensorRT 8
+    declarations, an NvInferRuntime.h that forwards to them (the glue includes that name)."""
+    (gen_inc / "generated").mkdir(parents=True, exist_ok=True)
+    (gen_inc / SPEC_HEADER_REL).write_text(header)
+    forward = gen_inc / "NvInferRuntime.h"
+    if tc.trt_include is None:
+        forward.write_text(f'// Written by fusion/plugin_lib.py: no real TensorRT 8 headers were given.\n'
+                           f'#pragma once\n#include "{TRT8_ABI_HEADER}"\n')  # fmt: skip
+    else:
+        forward.unlink(missing_ok=True)
+    return gen_inc
+
+
+def _build_describe(tool_base: list[str], src: Path, fl: Flavour, out: Path) -> None:
+    tool = [*tool_base, "-cudart", "none", str(src / "tools" / fl.describe_src)]
+    if fl.trt == 8:
+        # getPluginRegistry / getLogger are defined by the tool and found by the library
+        # with dlsym: export them.  pluginUtils reads the serialized fields.
+        tool += [str(src / "common" / "pluginUtils.cpp"), "-Xlinker=--export-dynamic"]
+    _run([*tool, "-o", str(out), "-ldl"], "build " + fl.describe_name)
+
+
+def _compile_and_link(
+    tc: Toolchain, src: Path, includes: list[str], gencode: list[str], out: Path, jobs: int, fl: Flavour
+) -> None:
     base = [str(tc.nvcc), *_FLAGS, *includes]
     with tempfile.TemporaryDirectory(prefix="fusion_obj_") as tmp:
         obj_dir = Path(tmp)
         jobs_list = []
-        for s in library_sources(src):
+        for s in library_sources(src, fl.trt):
             obj = obj_dir / (str(s.relative_to(src)).replace("/", "__") + ".o")
             cmd = [*base, *(gencode if s.suffix == ".cu" else []), "-c", str(s), "-o", str(obj)]
             jobs_list.append((cmd, f"nvcc {s.relative_to(src)}", obj))
@@ -401,16 +570,16 @@ def _compile_and_link(tc: Toolchain, src: Path, includes: list[str], gencode: li
                 pool.shutdown(cancel_futures=True)  # report the first error, skip the rest
                 raise
         vscript = obj_dir / "exports.map"
-        vscript.write_text("{\n  global:\n" + "".join(f"    {e};\n" for e in EXPORTS) + "  local:\n    *;\n};\n")
-        tmp_lib = out / (LIB_NAME + ".tmp")
+        vscript.write_text("{\n  global:\n" + "".join(f"    {e};\n" for e in fl.exports) + "  local:\n    *;\n};\n")
+        tmp_lib = out / (fl.lib_name + ".tmp")
         link = [
             str(tc.nvcc), "-shared", "-cudart", "static", *gencode, "-o", str(tmp_lib),
             *[str(o) for _, _, o in jobs_list],
             f"-Xlinker=--version-script={vscript},--no-undefined,--exclude-libs,ALL",
             "-ldl", "-lpthread", "-lrt",
         ]  # fmt: skip
-        _run(link, "link " + LIB_NAME)
-        tmp_lib.replace(out / LIB_NAME)
+        _run(link, "link " + fl.lib_name)
+        tmp_lib.replace(out / fl.lib_name)
 
 
 # --------------------------------------------------------------------------- describe / check
@@ -433,33 +602,41 @@ def sample_fields(spec: PluginSpec) -> dict[str, Any]:
     return samples
 
 
-def _describe_tool(lib: Path) -> Path:
-    """fusion_describe beside the library, else one built into a cache folder."""
-    beside = lib.parent / DESCRIBE_NAME
+def library_flavour(lib: Path) -> Flavour:
+    """Which flavour a built library is: only the TRT8 one exports ``fusion_trt8_register``
+    (its name is in the file's dynamic string table; nothing is loaded to find out)."""
+    marker = FLAVOURS[8].exports[0].encode()
+    with open(lib, "rb") as f:
+        data = f.read()
+    return FLAVOURS[8] if marker in data else FLAVOURS[10]
+
+
+def _describe_tool(lib: Path, fl: Flavour) -> Path:
+    """The flavour's describe tool beside the library, else one built into a cache folder."""
+    beside = lib.parent / fl.describe_name
     if beside.is_file():
         return beside
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fusion" / "describe"
-    tool = cache / DESCRIBE_NAME
+    tool = cache / fl.describe_name
     if not tool.is_file():
-        tc = find_toolchain()
+        tc = find_toolchain(trt=fl.trt)
         cache.mkdir(parents=True, exist_ok=True)
         src = plugin_src_dir()
         with tempfile.TemporaryDirectory() as tmp:
-            inc = Path(tmp)
-            (inc / "generated").mkdir()
-            (inc / SPEC_HEADER_REL).write_text(render_spec_header())
-            _run([str(tc.nvcc), "-std=c++17", "-O2", f"-I{inc}", f"-I{src}", *tc.includes, "-cudart", "none",
-                  str(src / "tools" / "describe.cpp"), "-o", str(tool), "-ldl"], "build " + DESCRIBE_NAME)  # fmt: skip
+            inc = _generated_includes(Path(tmp), render_spec_header(), tc)
+            _build_describe([str(tc.nvcc), "-std=c++17", "-O2", f"-I{inc}", f"-I{src}", *tc.includes], src, fl, tool)
     return tool
 
 
-def describe_library(lib: Path, specs: Sequence[PluginSpec] | None = None) -> list[dict[str, Any]]:
-    """What each creator in ``lib`` exposes, as fusion_describe reports it (no GPU needed)."""
+def describe_library(lib: Path, specs: Sequence[PluginSpec] | None = None, trt: int | None = None) -> list[dict[str, Any]]:
+    """What each creator in ``lib`` exposes, as the describe tool reports it (no GPU needed).
+    ``trt``: the library's flavour (default: found from the file)."""
     lib = Path(lib).resolve()
     if not lib.is_file():
         raise PluginBuildError(f"plugin library not found: {lib}")
+    fl = flavour(trt) if trt is not None else library_flavour(lib)
     specs = list(fusion_specs() if specs is None else specs)
-    args = [str(_describe_tool(lib)), str(lib)]
+    args = [str(_describe_tool(lib, fl)), str(lib)]
     for spec in specs:
         for name, value in sample_fields(spec).items():
             args.append(f"{spec.op_type}.{name}={value}")
@@ -469,11 +646,14 @@ def describe_library(lib: Path, specs: Sequence[PluginSpec] | None = None) -> li
     try:
         return json.loads(proc.stdout)["creators"]
     except (ValueError, KeyError) as e:
-        raise PluginBuildError(f"{DESCRIBE_NAME} printed no creator list: {e}") from e
+        raise PluginBuildError(f"{fl.describe_name} printed no creator list: {e}") from e
 
 
-def compare_with_specs(creators: Sequence[Mapping[str, Any]], specs: Sequence[PluginSpec]) -> list[str]:
+def compare_with_specs(
+    creators: Sequence[Mapping[str, Any]], specs: Sequence[PluginSpec], trt: int = 10
+) -> list[str]:
     """Every difference between the described creators and the specs (empty: they agree)."""
+    fl = flavour(trt)
     problems: list[str] = []
     by_key: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for c in creators:
@@ -493,8 +673,12 @@ def compare_with_specs(creators: Sequence[Mapping[str, Any]], specs: Sequence[Pl
             problems.append(f"{op}: no creator with version {spec.version!r} namespace {spec.namespace!r}{hint}")
             continue
         iface = c.get("interface", {})
-        if (iface.get("kind"), iface.get("major"), iface.get("minor")) != CREATOR_INTERFACE:
-            problems.append(f"{op}: creator interface {iface} is not {CREATOR_INTERFACE}")
+        if (iface.get("kind"), iface.get("major")) != fl.creator_interface or (
+            fl.trt == 10 and iface.get("minor") != CREATOR_INTERFACE[2]
+        ):
+            problems.append(f"{op}: creator interface {iface} is not {fl.creator_interface}")
+        if fl.trt == 8 and c.get("registered_namespace") != spec.namespace:
+            problems.append(f"{op}: registered in namespace {c.get('registered_namespace')!r}, spec says {spec.namespace!r}")
         want = [(f.name, f.type.trt_name, field_length(f.type)) for f in spec.fields]
         got = [(f["name"], f["type"], f["length"]) for f in c.get("fields", [])]
         problems += _field_diffs(f"{op} getFieldNames", want, got)
@@ -503,14 +687,23 @@ def compare_with_specs(creators: Sequence[Mapping[str, Any]], specs: Sequence[Pl
             problems.append(f"{op}: createPlugin with fields {sample_fields(spec)} failed: {plugin.get('error', '')}")
             continue
         piface = plugin.get("interface", {})
-        if (piface.get("kind"), piface.get("major"), piface.get("minor")) != PLUGIN_INTERFACE:
-            problems.append(f"{op}: plugin interface {piface} is not {PLUGIN_INTERFACE}")
+        if (piface.get("kind"), piface.get("major")) != fl.plugin_interface or (
+            fl.trt == 10 and piface.get("minor") != PLUGIN_INTERFACE[2]
+        ):
+            problems.append(f"{op}: plugin interface {piface} is not {fl.plugin_interface}")
         core = (plugin.get("name"), plugin.get("version"), plugin.get("namespace"))
         if core != spec.key:
             problems.append(f"{op}: plugin reports name/version/namespace {core}, spec says {spec.key}")
-        for cap in ("core", "build", "runtime"):
-            if not plugin.get("capabilities", {}).get(cap):
-                problems.append(f"{op}: plugin has no {cap} capability")
+        if fl.trt == 10:
+            for cap in ("core", "build", "runtime"):
+                if not plugin.get("capabilities", {}).get(cap):
+                    problems.append(f"{op}: plugin has no {cap} capability")
+        else:
+            formats = plugin.get("formats", {})
+            if formats != {"float": True, "half": True, "int8": False}:
+                problems.append(f"{op}: supportsFormatCombination takes {formats}, want fp32 and fp16 only")
+            if not plugin.get("rejects_foreign"):
+                problems.append(f"{op}: deserializePlugin accepted bytes that are not a serialized plugin")
         if plugin.get("nb_outputs") != len(spec.outputs):
             problems.append(f"{op}: plugin has {plugin.get('nb_outputs')} outputs, spec says {len(spec.outputs)}")
         ser = [(f["name"], f["type"]) for f in plugin.get("serialized", [])]
@@ -538,10 +731,13 @@ def _field_diffs(where: str, want: Sequence[tuple], got: Sequence[tuple]) -> lis
     return sorted(out)
 
 
-def check_library(lib: Path, specs: Sequence[PluginSpec] | None = None) -> list[str]:
-    """Load ``lib`` (no GPU needed) and list every way its creators differ from the specs."""
+def check_library(lib: Path, specs: Sequence[PluginSpec] | None = None, trt: int | None = None) -> list[str]:
+    """Load ``lib`` (no GPU needed) and list every way its creators differ from the specs.
+    Either flavour; ``trt`` (10 or 8) overrides the one found from the file."""
     specs = list(fusion_specs() if specs is None else specs)
-    return compare_with_specs(describe_library(lib, specs), specs)
+    lib = Path(lib)
+    fl = flavour(trt) if trt is not None else (library_flavour(lib) if lib.is_file() else FLAVOURS[10])
+    return compare_with_specs(describe_library(lib, specs, fl.trt), specs, fl.trt)
 
 
 # --------------------------------------------------------------------------- kernels (CuPy, tests)
@@ -687,10 +883,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fusion.plugin_lib")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("header", help="rewrite plugin_src/generated/plugin_specs.h")
+    sub.add_parser("readme", help="rewrite the TRT8 creator table in plugin_src/README.md")
     b = sub.add_parser("build")
     b.add_argument("-o", "--out", type=Path)
     b.add_argument("--arch", action="append")
     b.add_argument("--harness", action="store_true")
+    b.add_argument("--trt", type=int, choices=TRT_VERSIONS, default=10)
+    b.add_argument("--tensorrt-include", type=Path)
     c = sub.add_parser("check")
     c.add_argument("lib", type=Path)
     args = ap.parse_args(argv)
@@ -698,8 +897,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "header":
             LOG.info("wrote %s", write_spec_header())
+        elif args.cmd == "readme":
+            LOG.info("wrote %s", write_readme_table())
         elif args.cmd == "build":
-            LOG.info("%s", build_library(args.out, tuple(args.arch or ("sm_90",)), with_harness=args.harness))
+            LOG.info("%s", build_library(args.out, tuple(args.arch or ("sm_90",)), with_harness=args.harness,
+                                         trt=args.trt, tensorrt_include=args.tensorrt_include))  # fmt: skip
         else:
             problems = check_library(args.lib)
             for p in problems:

@@ -26,7 +26,8 @@ def text(result: PassResult, dry_run: bool = False) -> str:
         for f in result.fusions:
             emitted = ", ".join(_node_text(n) for n in f.nodes if n["op_type"] != "Constant")
             where = "" if f.scope == "main" else f"  [{f.scope}]"
-            lines.append(f"  {f.rule:<10} {f.root}  ({len(f.removed)} nodes) -> {emitted}{where}")
+            computes = f"; computes in {f.compute_type}" if f.compute_type else ""
+            lines.append(f"  {f.rule:<10} {f.root}  ({len(f.removed)} nodes{computes}) -> {emitted}{where}")
             lines.extend(f"             note: {n}" for n in f.notes)
     if result.near_misses:
         lines.append("")
@@ -36,6 +37,8 @@ def text(result: PassResult, dry_run: bool = False) -> str:
             lines.append(f"  {m.rule:<10} {m.node}: {m.reason}{where}")
     for w in result.warnings:
         lines.append(f"warning: {w}")
+    if getattr(result, "tuning", None) is not None:  # fuse --tune: what was measured (fusion.tune)
+        lines += ["", result.tuning.text()]
     return "\n".join(lines)
 
 
@@ -47,6 +50,7 @@ def to_dict(result: PassResult) -> dict[str, Any]:
         "fusions": [vars(f) for f in result.fusions],
         "near_misses": [{k: v for k, v in vars(m).items() if k != "nodes"} for m in result.near_misses],
         "warnings": result.warnings,
+        **({"tuning": result.tuning.to_dict()} if getattr(result, "tuning", None) is not None else {}),
     }
 
 

@@ -6,6 +6,12 @@ applies them all at once to a copy of the model: each fused subgraph's nodes are
 the new nodes take the root's place in the node list, so the order stays topological.
 Constants that only the removed nodes used are dropped too; the plugin ops' function bodies
 and opset imports are added last.
+
+A custom node is admitted only if a function body can define it (:meth:`Editor.admit`): the
+opset must allow one, every node of the op must be served by the same body, and a function of
+that name already in the model must be exactly that body (old nodes keep calling it; a new
+node must not silently run another).  Otherwise the rewrite is rejected with the reason,
+unless the caller asked for plugin-only output (``functions=False``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class Emitter:
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     initializers: list[onnx.TensorProto] = field(default_factory=list)
     plugin_uses: list[tuple[specs.PluginSpec, functions.Use]] = field(default_factory=list)
+    editor: "Editor | None" = None  # admits custom nodes (function bodies); None: no check
+    compute_type: int | None = None  # the element type the fused nodes compute in (for the report)
 
     def name(self, hint: str) -> str:
         return self.graph.fresh_name(f"{self.prefix}{hint}")
@@ -64,10 +72,30 @@ class Emitter:
         """Add a custom node exactly as ``spec`` describes it."""
         spec.check_arity(len(inputs), 1)
         attrs = spec.attributes(fields)
+        # Tensor fields are never baked into a body (and would make the Use unhashable).
+        baked = ((k, v) for k, v in attrs.items() if not isinstance(v, (np.ndarray, onnx.TensorProto)))
+        use = functions.Use(tuple(sorted(baked)), elem_type)
+        if self.editor is not None:
+            self.editor.admit(spec, [u for s, u in self.plugin_uses if s is spec] + [use])
         self.node(spec.op_type, inputs, [output], domain=spec.domain, **attrs)
-        use = functions.Use(tuple(sorted((k, v) for k, v in attrs.items() if not isinstance(v, np.ndarray))), elem_type)
         self.plugin_uses.append((spec, use))
         return output
+
+    def reshape(self, y: str, shape: str) -> str:
+        """Reshape ``y`` to the run-time ``shape`` whose 0s are zero-size dims, not copies."""
+        if self.scope.opset < 10:
+            raise Reject(
+                f"at opset {self.scope.opset} a Reshape to a shape computed at run time would copy a zero-size dim "
+                "instead of keeping it (allowzero needs opset 14, Slice with run-time bounds opset 10)"
+            )
+
+        def op(op_type: str, *inputs: str, **attrs) -> str:
+            return self.node(op_type, list(inputs), **attrs)[0]
+
+        def ints(values: list[int]) -> str:
+            return self.const("shape", np.array(values, np.int64))
+
+        return functions.reshape_keeping_zeros(op, ints, y, shape, self.scope.opset)
 
 
 @dataclass
@@ -83,10 +111,41 @@ class _Edit:
 class Editor:
     """Accumulates fusions against a ModelGraph and applies them to a copy of its proto."""
 
-    def __init__(self, graph: ModelGraph):
+    def __init__(self, graph: ModelGraph, functions: bool = True):
         self.graph = graph
+        self.functions = functions  # attach function bodies (False: plugin-only output)
         self.edits: dict[int, _Edit] = {}
         self.plugin_uses: dict[str, tuple[specs.PluginSpec, list[functions.Use], set[int]]] = {}
+        self._admitted: dict[tuple, str | None] = {}  # (op_type, distinct uses) -> reason or None
+        self._distinct: dict[str, dict[functions.Use, None]] = {}  # committed uses per op, once each
+
+    def admit(self, spec: specs.PluginSpec, new_uses: list[functions.Use]) -> None:
+        """Raise Reject unless one function body can define every node of ``spec`` with ``new_uses``."""
+        # The body depends only on the distinct uses.
+        uses = list(dict.fromkeys([*self._distinct.get(spec.op_type, {}), *new_uses]))
+        key = (spec.op_type, frozenset(uses))
+        if key not in self._admitted:
+            self._admitted[key] = self._refusal(spec, uses)
+        if self._admitted[key] is not None:
+            raise Reject(self._admitted[key])
+
+    def _refusal(self, spec: specs.PluginSpec, uses: list[functions.Use]) -> str | None:
+        model = self.graph.proto
+        fn = functions.build(spec, default_opset(model.opset_import), uses)
+        existing = next((f for f in model.functions if (f.domain, f.name) == (spec.domain, spec.op_type)), None)
+        if existing is not None:
+            if isinstance(fn, str) or not functions.same_function(fn, existing):
+                return (
+                    f"the model already defines function {spec.domain}::{spec.op_type} with another body: "
+                    f"a new {spec.op_type} node would run that body, not this chain"
+                )
+            return None
+        if isinstance(fn, str) and self.functions:
+            return (
+                f"{spec.op_type}: no ONNX function body can define this node ({fn}), so onnxruntime could not "
+                "run the fused model; ask for plugin-only output (functions=False, --no-functions) to fuse it anyway"
+            )
+        return None
 
     def commit(self, scope: Scope, removed: list[Node], root: Node, em: Emitter) -> None:
         edit = self.edits.setdefault(id(scope), _Edit())
@@ -104,17 +163,24 @@ class Editor:
             edit.custom_domain = True
             entry = self.plugin_uses.setdefault(spec.op_type, (spec, [], set()))
             entry[1].append(use)
+            self._distinct.setdefault(spec.op_type, {})[use] = None
             entry[2].add(scope.opset)
 
     @property
     def modified(self) -> bool:
         return bool(self.edits)
 
-    def apply(self, with_functions: bool = True, inplace: bool = False) -> tuple[onnx.ModelProto, list[str]]:
-        """The ModelProto with every committed fusion applied (a copy unless ``inplace``), and warnings."""
+    def apply(
+        self, with_functions: bool = True, inplace: bool = False, base: onnx.ModelProto | None = None
+    ) -> tuple[onnx.ModelProto, list[str]]:
+        """The ModelProto with every committed fusion applied (a copy unless ``inplace``), and warnings.
+
+        ``base``: apply to this copy of the model instead (one with the same node lists, such as
+        its weightless view: the fused model can then be validated before the original is touched).
+        """
         warnings: list[str] = []
-        out = self.graph.proto
-        if not inplace:
+        out = self.graph.proto if base is None else base
+        if not inplace and base is None:
             out = onnx.ModelProto()
             out.CopyFrom(self.graph.proto)
         containers = node_lists(out)
@@ -136,6 +202,14 @@ class Editor:
                     _import_domain(containers[scope.locator].opset_import, specs.PLUGIN_DOMAIN)
         if with_functions:
             warnings += self._add_functions(out)
+        elif self.plugin_uses:
+            ops = ", ".join(sorted(self.plugin_uses))
+            warnings.append(
+                f"functions=False: the custom nodes ({ops}) carry no ONNX function body; onnxruntime cannot run "
+                "the fused model, only TensorRT with their plugins registered can"
+            )
+            if base is None:
+                log.warning("%s", warnings[-1])
         return out, warnings
 
     def _add_functions(self, model: onnx.ModelProto) -> list[str]:
@@ -144,9 +218,9 @@ class Editor:
         opset = default_opset(model.opset_import)
         for op_type in sorted(self.plugin_uses):
             spec, uses, _ = self.plugin_uses[op_type]
-            if (spec.domain, spec.op_type) in present:
-                continue
             fn = functions.build(spec, opset, uses)
+            if (spec.domain, spec.op_type) in present:
+                continue  # the same body (Editor.admit saw to it): the model's is reused
             if isinstance(fn, str):
                 warnings.append(f"{op_type}: no ONNX function attached ({fn}); onnxruntime cannot run the fused model")
                 continue
@@ -249,3 +323,63 @@ def _subgraph_inputs(n: onnx.NodeProto) -> list[str]:
 def _import_domain(opset_import, domain: str) -> None:
     if not any(o.domain == domain for o in opset_import):
         opset_import.append(helper.make_opsetid(domain, 1))
+
+
+def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of ``model`` with every node list in topological order, or None if it already is.
+
+    onnxruntime runs graphs in any order, but the passes (and onnx.checker) take the node
+    order for a topological one: a producer listed after its consumer would make a rewrite
+    place nodes before what they read.  Sorting keeps the original order wherever it can.
+    """
+    if all(_is_sorted(c) for c in node_lists(model).values()):
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for key in sorted(node_lists(out), key=len, reverse=True):  # innermost first, as in Editor.apply
+        c = node_lists(out)[key]
+        if not _is_sorted(c):
+            order = _topo_order(c)
+            nodes = [c.node[i] for i in order]
+            copies = [onnx.NodeProto() for _ in nodes]
+            for dst, src in zip(copies, nodes):
+                dst.CopyFrom(src)
+            del c.node[:]
+            c.node.extend(copies)
+    return out
+
+
+def _reads(n: onnx.NodeProto) -> list[str]:
+    return [i for i in n.input if i] + _subgraph_inputs(n)
+
+
+def _is_sorted(c) -> bool:
+    where = {o: i for i, n in enumerate(c.node) for o in n.output if o}
+    return all(where.get(r, -1) < i for i, n in enumerate(c.node) for r in _reads(n))
+
+
+def _topo_order(c) -> list[int]:
+    """Kahn's algorithm, always taking the earliest ready node (the input is acyclic: checked)."""
+    import heapq
+
+    where = {o: i for i, n in enumerate(c.node) for o in n.output if o}
+    users: list[list[int]] = [[] for _ in c.node]
+    pending = [0] * len(c.node)
+    for i, n in enumerate(c.node):
+        deps = {where[r] for r in _reads(n) if r in where and where[r] != i}
+        pending[i] = len(deps)
+        for d in deps:
+            users[d].append(i)
+    ready = [i for i, p in enumerate(pending) if p == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(c.node):  # a cycle: leave the order as it is (the graph check reports it)
+        return list(range(len(c.node)))
+    return order

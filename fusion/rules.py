@@ -35,6 +35,11 @@ class Context:
     def opset(self) -> int:
         return self.scope.opset
 
+    @property
+    def assume_constant_initializers(self) -> bool:
+        """Whether initializers listed as graph inputs count as constants (the caller's opt-in)."""
+        return self.graph.assume_constant_initializers
+
 
 class Rule:
     """Subclasses set ``name``, ``pass_name`` and ``pattern`` and implement check/rewrite."""

@@ -245,7 +245,7 @@ def _load(model: Any) -> tuple[onnx.ModelProto, str | bytes]:
             raise EngineBuildError("a ModelProto with external data cannot be parsed from memory: pass its path")
         return model, model.SerializeToString()
     if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model), load_external_data=False), bytes(model)
+        return onnx.load_from_string(bytes(model)), bytes(model)  # bytes never carry external data
     path = os.fspath(model)
     return model_io.load(path).proto, path
 

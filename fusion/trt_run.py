@@ -4,14 +4,12 @@
 model's engine (unless given one), makes the inputs (by default the min, opt and max shapes
 of every profile), checks that each fits a profile, and returns a polygraphy runner that
 picks the profile per input and feeds TensorRT the types it expects (TensorRT < 10 turns
-int64 inputs into int32).  ``time_engine`` times an engine on device-resident buffers.
+int64 inputs into int32).  Timing engines is in :mod:`fusion.trt_timing`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import statistics
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -232,109 +230,16 @@ def _cast(name: str, arr: np.ndarray, want: np.dtype | None) -> np.ndarray:
     return np.ascontiguousarray(arr.astype(want))
 
 
-# -- latency ---------------------------------------------------------------------------------
+# -- latency: fusion.trt_timing (one timing code for verify, tune and the benchmarks) ----------
 
-
-class CudaTimer:
-    """CUDA events through the CUDA runtime that polygraphy loads (no torch in TensorRT's Python)."""
-
-    def __init__(self):
-        from polygraphy import cuda
-
-        self.cuda = cuda
-        self.rt = cuda.wrapper().handle
-        self.start, self.end = self._event(), self._event()
-
-    def _event(self) -> ctypes.c_void_p:
-        ev = ctypes.c_void_p()
-        self._check(self.rt.cudaEventCreate(ctypes.byref(ev)), "cudaEventCreate")
-        return ev
-
-    @staticmethod
-    def _check(status: int, what: str) -> None:
-        if status != 0:
-            raise RuntimeError(f"{what} failed with CUDA error {status}")
-
-    def time(self, stream_ptr: int, launch, n: int) -> float:
-        """Milliseconds per launch over ``n`` launches between two events."""
-        s = ctypes.c_void_p(stream_ptr)
-        self._check(self.rt.cudaEventRecord(self.start, s), "cudaEventRecord")
-        for i in range(n):
-            launch(i)
-        self._check(self.rt.cudaEventRecord(self.end, s), "cudaEventRecord")
-        self._check(self.rt.cudaEventSynchronize(self.end), "cudaEventSynchronize")
-        ms = ctypes.c_float()
-        self._check(self.rt.cudaEventElapsedTime(ctypes.byref(ms), self.start, self.end), "cudaEventElapsedTime")
-        return ms.value / n
-
-    def close(self) -> None:
-        for ev in (self.start, self.end):
-            self.rt.cudaEventDestroy(ev)
+from .trt_timing import CudaTimer  # noqa: E402,F401 - kept importable from here (bench scripts)
 
 
 def time_engine(built: Any, feed: Mapping[str, np.ndarray], *, repeats: int = 5, target_ms: float = 20.0,
                 warmup: int = 10) -> dict[str, Any]:
-    """Median ms per inference of ``built`` on ``feed``: inputs and outputs stay on the device,
-    ``execute_async_v3`` launches between CUDA events on one stream."""
-    from polygraphy import cuda
+    """Median ms per inference of ``built`` on ``feed`` (see :mod:`fusion.trt_timing`)."""
+    from .trt_timing import time_engine as _time
 
-    from .trt import import_trt, load_plugins, make_logger
-
-    trt = import_trt()
-    load_plugins()
-    logger = make_logger(trt)
-    runtime = trt.Runtime(logger)
-    engine = runtime.deserialize_cuda_engine(built.engine)
-    context = engine.create_execution_context()
-    stream = cuda.Stream()
-    shape_tensors = {i.name for i in built.inputs if i.shape_tensor}
-    idx = check_in_profiles(built.profiles, built.inputs, feed, shape_tensors, 0)
-    if idx:
-        context.set_optimization_profile_async(idx, stream.ptr)
-    buffers, host = [], []
-    try:
-        for i in range(engine.num_io_tensors):
-            name = engine.get_tensor_name(i)
-            dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
-            if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
-                arr = _cast(name, np.asarray(feed[name]), dtype)
-                context.set_input_shape(name, arr.shape)
-                if engine.is_shape_inference_io(name):  # shape tensors are read from host memory
-                    host.append(arr)
-                    context.set_tensor_address(name, arr.ctypes.data)
-                    continue
-                dev = cuda.DeviceArray(shape=arr.shape, dtype=dtype)
-                dev.copy_from(arr, stream)
-                buffers.append(dev)
-                context.set_tensor_address(name, dev.ptr)
-        for i in range(engine.num_io_tensors):
-            name = engine.get_tensor_name(i)
-            if engine.get_tensor_mode(name) != trt.TensorIOMode.OUTPUT:
-                continue
-            shape = tuple(context.get_tensor_shape(name))
-            if any(d < 0 for d in shape):
-                raise VerifyError(f"output {name!r} has a data-dependent shape: not timed")
-            dev = cuda.DeviceArray(shape=shape, dtype=np.dtype(trt.nptype(engine.get_tensor_dtype(name))))
-            buffers.append(dev)
-            context.set_tensor_address(name, dev.ptr)
-
-        def launch(_i: int) -> None:
-            if not context.execute_async_v3(stream.ptr):
-                raise RuntimeError("execute_async_v3 failed")
-
-        for i in range(warmup):
-            launch(i)
-        stream.synchronize()
-        timer = CudaTimer()
-        try:
-            probe = timer.time(stream.ptr, launch, 10)
-            n = int(min(2000, max(10, target_ms / max(probe, 1e-4))))
-            runs = [timer.time(stream.ptr, launch, n) for _ in range(repeats)]
-        finally:
-            timer.close()
-        return {"ms": statistics.median(runs), "ms_min": min(runs), "iters": n, "repeats": repeats,
-                "method": "execute_async_v3, device-resident buffers, CUDA events"}  # fmt: skip
-    finally:
-        for b in buffers:
-            b.free()
-        stream.free()
+    (t,) = _time(built, [feed], repeats=repeats, target_ms=target_ms)
+    return {"ms": t.median_ms, "ms_min": t.min_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "iters": t.launches,
+            "repeats": repeats, "method": f"{t.api}, device-resident buffers, CUDA events"}  # fmt: skip

@@ -3,6 +3,13 @@
 Both models run on the same inputs (given, or random ones over the dynamic dims at several
 shapes) through polygraphy's runners; polygraphy's comparator decides pass/fail with
 per-output tolerances suited to the output's type, and the report adds max abs/rel errors.
+
+Beyond the random inputs, extra checks (each named in the report's table) try what random
+data at ordinary shapes does not: overridable initializers (also graph inputs, which a
+caller may feed) fed perturbed values, a zero-size dynamic dim, and float inputs with a large
+mean and a small spread (x = c + noise), which exposes precision lost in a fused body.
+A fused model that cannot load or run where the original does is a FAILED check with the
+runtime's message, not an error.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
 
@@ -32,6 +41,27 @@ TOLERANCES: dict[int, tuple[float, float]] = {
     onnx.TensorProto.BFLOAT16: (1e-1, 5e-2),
 }
 DEFAULT_DIM_VALUES = (1, 3, 8)  # one shape point per value, for every dynamic dim
+# The extra checks (names as the report shows them); verify(extra_checks=...) picks some.
+RANDOM = "random"
+INITIALIZERS = "initializers fed"
+ZERO_SIZE = "zero-size dim"
+LARGE_MEAN = "large mean"
+EXTRA_CHECKS = (INITIALIZERS, ZERO_SIZE, LARGE_MEAN)
+# What verify(extra_checks=True) runs.  ZERO_SIZE waits for issue 16 defect 6 (fused Reshapes
+# and zero-size dims, fixed on another branch): on until then, it fails every dynamic-shape
+# norm this library fuses.  After that merge: DEFAULT_EXTRA_CHECKS = EXTRA_CHECKS.
+DEFAULT_EXTRA_CHECKS = (INITIALIZERS, LARGE_MEAN)
+EXTRA_DIM_VALUE = 3  # the other dynamic dims at the extra checks' shape points
+MAX_ZERO_DIMS = 2  # zero-size points: one per dim name, for the first few names
+# x = c + N(0, s) per float input type: c/s large enough that an fp32 body of a float64
+# chain, or a one-pass variance E[x²] − E[x]², loses digits a two-pass original keeps (fp32
+# at 1e3: a one-pass variance is off by ~0.1, onnxruntime's LayerNormalization by ~1e-7).
+# (fp16 has no digits to spare: no such check.)  A model whose own conditioning amplifies
+# rounding (a softmax of logits this large) can fail it too: extra_checks= leaves it out.
+LARGE_MEAN_VALUES: dict[int, tuple[float, float]] = {
+    onnx.TensorProto.DOUBLE: (1e8, 1.0),
+    onnx.TensorProto.FLOAT: (1e3, 1.0),
+}
 
 
 @dataclass
@@ -46,6 +76,8 @@ class OutputCheck:
     atol: float
     rtol: float
     passed: bool
+    check: str = RANDOM  # which feed: random inputs, or one of EXTRA_CHECKS (with details)
+    error: str = ""  # the fused model could not load or run: the runtime's message
 
 
 @dataclass
@@ -54,6 +86,8 @@ class VerifyReport:
     shapes: list[dict[str, list[int]]]
     checks: list[OutputCheck] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)  # per shape point: what its feed is (see OutputCheck.check)
+    latency: Any = None  # trt backend: a fusion.trt_timing.LatencyReport (original vs fused engine)
 
     @property
     def passed(self) -> bool:
@@ -71,20 +105,30 @@ class VerifyReport:
             "shapes": self.shapes,
             "checks": [asdict(c) for c in self.checks],
             "skipped": self.skipped,
+            "labels": self.labels,
+            "latency": self.latency.to_dict() if self.latency is not None else None,
         }
 
     def table(self) -> str:
-        head = f"{'shape':>5}  {'output':<32} {'dtype':<8} {'max abs':>10} {'max rel':>10} {'atol':>8} {'rtol':>8}  result"
+        head = (f"{'shape':>5}  {'check':<16} {'output':<28} {'dtype':<8} {'max abs':>10} {'max rel':>10} "
+                f"{'atol':>8} {'rtol':>8}  result")  # fmt: skip
         rows = [head, "-" * len(head)]
+        errors: dict[str, None] = {}
         for c in self.checks:
             rows.append(
-                f"{c.shape_point:>5}  {c.output[:32]:<32} {c.dtype:<8} {c.max_abs:>10.3g} {c.max_rel:>10.3g} "
-                f"{c.atol:>8.1g} {c.rtol:>8.1g}  {'ok' if c.passed else 'FAIL'}"
+                f"{c.shape_point:>5}  {c.check.split(':')[0][:16]:<16} {c.output[:28]:<28} {c.dtype:<8} "
+                f"{c.max_abs:>10.3g} {c.max_rel:>10.3g} {c.atol:>8.1g} {c.rtol:>8.1g}  {'ok' if c.passed else 'FAIL'}"
             )
+            if c.error:
+                errors.setdefault(f"shape {c.shape_point}: the fused model fails: {c.error}")
         for i, s in enumerate(self.shapes):
-            rows.append(f"shape {i}: " + ", ".join(f"{k}={v}" for k, v in s.items()))
+            label = f" ({self.labels[i]})" if i < len(self.labels) and self.labels[i] != RANDOM else ""
+            rows.append(f"shape {i}{label}: " + ", ".join(f"{k}={v}" for k, v in s.items()))
+        rows.extend(errors)
         rows.extend(f"skipped: {s}" for s in self.skipped)
         rows.append(f"{'PASSED' if self.passed else 'FAILED'} ({self.backend})")
+        if self.latency is not None:
+            rows.append(self.latency.table())
         return "\n".join(rows)
 
     def __str__(self) -> str:
@@ -101,6 +145,7 @@ def verify(
     rtol: float | Mapping[str, float] | None = None,
     seed: int = 0,
     backend: str = "onnxruntime",
+    extra_checks: bool | Sequence[str] = True,
     **backend_options: Any,
 ) -> VerifyReport:
     """Run ``original`` on onnxruntime and ``fused`` on ``backend``; compare every output.
@@ -109,15 +154,23 @@ def verify(
     ``shapes`` is a list of shape points, each mapping a dim name (``batch``) or an input
     name (``input_ids``) to a value or full shape; by default every dynamic dim takes
     1, 3 and 8 in turn.  ``atol``/``rtol``: one value, or per output name; defaults by type.
+    ``extra_checks``: with made inputs on onnxruntime, also some of EXTRA_CHECKS (True: those
+    of DEFAULT_EXTRA_CHECKS; or a list of their names; False: none).
+    ``backend="trt"`` also builds the original's engine and times both (``latency=False``: not).
     """
     orig = _Model(original)
     fuse = _Model(fused)
     if [i.name for i in orig.inputs] != [i.name for i in fuse.inputs]:
         raise VerifyError("the two models have different inputs")
+    extras: list[tuple[str, dict[str, np.ndarray]]] = []
+    notes: list[str] = []
     if backend == "onnxruntime":
         runner = fuse.ort_runner("fused")
     elif backend == "trt":
         from .trt_run import setup_verify  # noqa: PLC0415 - TensorRT is optional
+
+        latency = backend_options.pop("latency", True)
+        latency_repeats = backend_options.pop("latency_repeats", None)
 
         # Builds the engine; inputs default to the min/opt/max shapes of its profiles.
         runner, inputs, atol, rtol = setup_verify(
@@ -130,24 +183,61 @@ def verify(
         feeds = [dict(inputs)] if isinstance(inputs, Mapping) else [dict(f) for f in inputs]
     else:
         feeds = make_feeds(orig, shapes, seed)
-    report = VerifyReport(backend, [{k: list(v.shape) for k, v in f.items()} for f in feeds])
-    runners = [orig.ort_runner("original"), runner]
-    ok_feeds = []
-    for i, feed in enumerate(feeds):
-        try:
-            with _quiet_polygraphy(), runners[0] as r:
-                r.infer(feed)
-            ok_feeds.append((i, feed))
-        except Exception as e:  # the original itself cannot run at this shape: not our problem
-            report.skipped.append(f"shape {i}: the original model fails on it ({_first_line(e)})")
-    if not ok_feeds:
+        if backend == "onnxruntime" and extra_checks:
+            wanted = DEFAULT_EXTRA_CHECKS if extra_checks is True else tuple(extra_checks)
+            unknown = set(wanted) - set(EXTRA_CHECKS)
+            if unknown:
+                raise VerifyError(f"unknown extra checks {sorted(unknown)} (known: {', '.join(EXTRA_CHECKS)})")
+            extras = extra_feeds(orig, fuse, feeds[0], wanted, seed, notes)
+    labels = [RANDOM] * len(feeds) + [label for label, _ in extras]
+    feeds += [f for _, f in extras]
+    names = {i.name for i in orig.inputs}
+    report = VerifyReport(
+        backend, [{k: list(v.shape) for k, v in f.items() if k in names} for f in feeds], labels=labels
+    )
+    report.skipped.extend(notes)
+
+    # The original first: a point it cannot run is skipped, not failed.
+    ref_runs: dict[int, dict[str, np.ndarray]] = {}
+    for i, out in enumerate(_run_each(orig.ort_runner("original"), feeds)):
+        if isinstance(out, BaseException):
+            report.skipped.append(f"shape {i} ({labels[i]}): the original model fails on it ({_first_line(out)})")
+        else:
+            ref_runs[i] = out
+    if not any(labels[i] == RANDOM for i in ref_runs):
         raise VerifyError("the original model runs on none of the input shapes; pass inputs= or shapes=")
-    _compare(orig, runners, ok_feeds, atol, rtol, report)
+    points = sorted(ref_runs)
+    new_runs = dict(zip(points, _run_each(runner, [feeds[i] for i in points])))
+    _compare(orig, ref_runs, new_runs, labels, atol, rtol, report)
+    if backend == "trt" and latency:
+        from .trt_timing import verify_latency  # noqa: PLC0415
+
+        opts = dict(backend_options, **({"latency_repeats": latency_repeats} if latency_repeats else {}))
+        timed = [feeds[i] for i in points if labels[i] == RANDOM]
+        report.latency = verify_latency(orig.source, runner.built, timed, opts)
     return report
 
 
-def _compare(orig: "_Model", runners, feeds, atol, rtol, report: VerifyReport) -> None:
-    from polygraphy.comparator import Comparator
+def _run_each(runner, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[Any]:
+    """Each feed's outputs (copied: runners may reuse buffers), or the exception it raised;
+    every entry is the loader's exception when the model cannot even load."""
+    out: list[Any] = []
+    try:
+        with _quiet_polygraphy(), runner as r:
+            for feed in feeds:
+                try:
+                    # (check_inputs would refuse initializers fed by name)
+                    res = r.infer(dict(feed), check_inputs=False)
+                    out.append({k: np.array(v, copy=True) for k, v in res.items()})
+                except Exception as e:  # noqa: BLE001 - reported per feed
+                    out.append(e)
+    except Exception as e:  # noqa: BLE001 - the model does not load: every feed fails with that
+        out += [e] * (len(feeds) - len(out))
+    return out
+
+
+def _compare(orig: "_Model", ref_runs, new_runs, labels, atol, rtol, report: VerifyReport) -> None:
+    from polygraphy.comparator import Comparator, IterationResult, RunResults
 
     try:  # polygraphy >= 0.50; older ones (the TensorRT 8.5 era) only have CompareFunc.simple
         from polygraphy.comparator import SimpleCompareFunc as simple
@@ -160,24 +250,32 @@ def _compare(orig: "_Model", runners, feeds, atol, rtol, report: VerifyReport) -
     types = {o.name: o.type.tensor_type.elem_type for o in orig.outputs}
     atols = {n: _tol(atol, n, TOLERANCES.get(types[n], (0.0, 0.0))[0]) for n in names}
     rtols = {n: _tol(rtol, n, TOLERANCES.get(types[n], (0.0, 0.0))[1]) for n in names}
-    with _quiet_polygraphy():
-        results = Comparator.run(runners, data_loader=[f for _, f in feeds])
-        accuracy = Comparator.compare_accuracy(
-            results, compare_func=simple(atol=atols, rtol=rtols, check_error_stat="elemwise")
-        )
-    # polygraphy >= 0.50 returns one AccuracyResult per compare function, older ones just one.
-    if not hasattr(accuracy, "values"):
-        accuracy = accuracy[0]
-    pair = next(iter(accuracy.values()))
-    ref_runs, new_runs = results[0][1], results[1][1]
-    for (point, _), verdict, ref, new in zip(feeds, pair, ref_runs, new_runs):
+    ran = [i for i in sorted(ref_runs) if not isinstance(new_runs[i], BaseException)]
+    verdicts: dict[int, Any] = {}
+    if ran:
+        results = RunResults()
+        results.append(("original", [IterationResult(ref_runs[i], runner_name="original") for i in ran]))
+        results.append(("fused", [IterationResult(new_runs[i], runner_name="fused") for i in ran]))
+        # (zero-size outputs: numpy warns about the mean of nothing; the verdict stands)
+        with _quiet_polygraphy(), np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            accuracy = Comparator.compare_accuracy(
+                results, compare_func=simple(atol=atols, rtol=rtols, check_error_stat="elemwise")
+            )
+        # polygraphy >= 0.50 returns one AccuracyResult per compare function, older ones just one.
+        if not hasattr(accuracy, "values"):
+            accuracy = accuracy[0]
+        verdicts = dict(zip(ran, next(iter(accuracy.values()))))
+    for point in sorted(ref_runs):
+        ref, new = ref_runs[point], new_runs[point]
+        error = _first_line(new) if isinstance(new, BaseException) else ""
         for name in names:
             a = np.asarray(ref[name])
-            b = np.asarray(new[name]) if name in new else None
+            b = None if error or name not in new else np.asarray(new[name])
             if b is None or a.shape != b.shape:
                 report.checks.append(
                     OutputCheck(point, name, _type_name(types[name]), list(a.shape), float("inf"), float("inf"),
-                                float("inf"), atols[name], rtols[name], False)
+                                float("inf"), atols[name], rtols[name], False, labels[point], error)
                 )
                 continue
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
@@ -196,7 +294,8 @@ def _compare(orig: "_Model", runners, feeds, atol, rtol, report: VerifyReport) -
                     float(diff.mean()) if diff.size else 0.0,
                     atols[name],
                     rtols[name],
-                    bool(verdict[name]),
+                    bool(verdicts[point][name]),
+                    labels[point],
                 )
             )
 
@@ -219,14 +318,22 @@ class _Model:
         init = {t.name for t in g.initializer}
         self.inputs = [i for i in g.input if i.name not in init]
         self.outputs = list(g.output)
+        # Initializers also listed as graph inputs (IR >= 4): a caller may feed them.
+        listed = {i.name for i in g.input}
+        self.overridable = [t for t in g.initializer if t.name in listed] if self.proto.ir_version >= 4 else []
 
     def ort_runner(self, name: str):
         import onnxruntime as ort
-        from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
+        from polygraphy.backend.onnxrt import OnnxrtRunner
 
-        # Without ORT's own graph rewrites both models run as written.
-        level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = SessionFromOnnx(self.source, providers=["CPUExecutionProvider"], graph_optimization_level=level)
+        def session() -> Any:
+            opts = ort.SessionOptions()
+            # Without ORT's own graph rewrites both models run as written.
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            # A shape a model fails on is reported (skipped or FAILED), not logged to stderr too.
+            opts.log_severity_level = 4
+            return ort.InferenceSession(self.source, opts, providers=["CPUExecutionProvider"])
+
         return OnnxrtRunner(session, name=name)
 
 
@@ -247,6 +354,85 @@ def make_feeds(model: "_Model", shapes: Sequence[Mapping[str, Any]] | None, seed
             seen.add(key)
             feeds.append(feed)
     return feeds
+
+
+def extra_feeds(
+    orig: "_Model", fused: "_Model", base: Mapping[str, np.ndarray], wanted: Sequence[str], seed: int, notes: list[str]
+) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """The extra checks' (label, feed) pairs; ``notes`` gets why a wanted one could not be made."""
+    rng = np.random.default_rng(seed + 7919)
+    out: list[tuple[str, dict[str, np.ndarray]]] = []
+    if INITIALIZERS in wanted and orig.overridable:
+        fed = {t.name for t in fused.overridable}
+        feed = dict(base)
+        for t in orig.overridable:
+            if t.name not in fed:
+                notes.append(f"{INITIALIZERS}: {t.name!r} is overridable in the original only: not fed")
+                continue
+            value = _perturbed(rng, orig, t)
+            if value is not None:
+                feed[t.name] = value
+        names = [k for k in feed if k not in base]
+        if names:
+            shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+            out.append((f"{INITIALIZERS}: {shown}", feed))
+    if ZERO_SIZE in wanted:
+        dims = _dynamic_dims(orig)
+        if not dims:
+            notes.append(f"{ZERO_SIZE}: no dynamic dim to set to 0")
+        for dim in dims[:MAX_ZERO_DIMS]:
+            point = {"*": EXTRA_DIM_VALUE, dim: 0} if dim != "*" else {"*": 0}
+            feed = make_feeds(orig, [point], seed)[0]
+            out.append((f"{ZERO_SIZE}: {dim if dim != '*' else 'every dynamic dim'}=0", feed))
+    if LARGE_MEAN in wanted:
+        feed = dict(base)
+        shown = []
+        for vi in orig.inputs:
+            elem = vi.type.tensor_type.elem_type
+            if elem in LARGE_MEAN_VALUES:
+                c, spread = LARGE_MEAN_VALUES[elem]
+                x = base[vi.name]
+                feed[vi.name] = (c + spread * rng.standard_normal(x.shape)).astype(x.dtype)
+                shown.append(f"{c:g} + N(0, {spread:g})")
+        if shown:
+            out.append((f"{LARGE_MEAN}: x = {shown[0]}", feed))
+    return out
+
+
+def _perturbed(rng: np.random.Generator, model: "_Model", t: onnx.TensorProto) -> np.ndarray | None:
+    """A float initializer's value moved off what it is (kept positive where it was):
+    an emitted node that baked the stored value then computes something else.  Integer
+    ones (axes, shapes) stay: changing them would mostly make the original fail."""
+    np_type = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+    if not np.issubdtype(np_type, np.floating):
+        return None
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        if not isinstance(model.source, str):
+            return None
+        from onnx.external_data_helper import load_external_data_for_tensor  # noqa: PLC0415
+
+        t2 = onnx.TensorProto()
+        t2.CopyFrom(t)
+        load_external_data_for_tensor(t2, os.path.dirname(os.path.abspath(model.source)))
+        t = t2
+    value = onnx.numpy_helper.to_array(t).astype(np.float64)
+    scale = rng.uniform(1.3, 1.7, value.shape)
+    shift = rng.uniform(0.05, 0.15, value.shape) * np.where(value < 0, -1.0, 1.0)
+    return np.asarray(value * scale + shift).astype(np_type)  # (a 0-d result would be a numpy scalar)
+
+
+def _dynamic_dims(model: "_Model") -> list[str]:
+    """Names of the inputs' dynamic dims in order of appearance ("*" for unnamed ones)."""
+    out: list[str] = []
+    for vi in model.inputs:
+        for d in vi.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                name = d.dim_param or "*"
+                if name not in out:
+                    out.append(name)
+    # "*" stands for every unnamed dim at once: only when nothing is named.
+    named = [n for n in out if n != "*"]
+    return named or out
 
 
 def _concrete_shape(name: str, tt, point: Mapping[str, Any]) -> list[int]:
@@ -303,7 +489,11 @@ def _type_name(t: int) -> str:
 
 def _first_line(e: BaseException) -> str:
     lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else type(e).__name__
+    if not lines:
+        return type(e).__name__
+    # onnxruntime's messages name its own source files: noise to a user.
+    text = re.sub(r"\S*onnxruntime_src/\S*\s*", "", lines[-1])
+    return text[:300]
 
 
 @contextlib.contextmanager

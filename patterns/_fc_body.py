@@ -140,12 +140,21 @@ def fused_fc(b: Body) -> None:
 
 def trt_fc(b: Body) -> None:
     """output[S, B, N, 1, 1] = input[S, B, K, 1, 1] @ W[K, N] (CustomFCPluginDynamic)."""
-    x = b.to_compute(b.op("Reshape", "input", _ints(b, [0, 0, -1])))
+    # Squeeze/Unsqueeze of the two unit dims, not Reshape [0, 0, -1]: with S or B = 0 that -1
+    # cannot be inferred.
+    x = b.to_compute(_unit_dims(b, "Squeeze", "input"))
     w = b.to_compute(b.op("Constant", refs={"value": ("W", _TENSOR)}))
     y = b.op("MatMul", x, w)
     y = b.like_input(y, "input")
-    b.op("Reshape", y, _ints(b, [0, 0, -1, 1, 1]))
+    _unit_dims(b, "Unsqueeze", y)
     b.rename_last("output")
+
+
+def _unit_dims(b: Body, op: str, x: str) -> str:
+    """Squeeze or Unsqueeze dims 3 and 4 (axes an input from opset 13)."""
+    if b.opset >= 13:
+        return b.op(op, x, _ints(b, [3, 4]))
+    return b.op(op, x, axes=[3, 4])
 
 
 def register() -> None:

@@ -10,12 +10,13 @@ from onnx import helper
 
 from fusion import specs
 from fusion.ir import Node, Tensor
-from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH
+from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH, producer
 from fusion.pattern import Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import Emitter, Reject
 from fusion.rules import Context
 
 from . import _algebra
+from ._constants import check_constant_rank, check_overridable
 
 _TYPE_NAME = {t: onnx.TensorProto.DataType.Name(t) for t in FLOAT_TYPES}
 # TensorRT 8.5.3's shipped LayerNorm plugin on the H100, against NumPy: max error 9.4e-3 at 32
@@ -73,6 +74,8 @@ class NormDesc:
     epsilon: float
     gamma: Tensor | None
     beta: Tensor | None
+    # Float types the chain computes in besides its input's: Casts' targets, constants read as they are.
+    types: frozenset = frozenset()
     notes: tuple[str, ...] = ()  # said in the fusion's record (fusion.passes.Fusion.notes)
 
     @property
@@ -84,6 +87,8 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     """Check a structural match of a norm and describe it; raise Reject with the reason."""
     g = ctx.graph
     x = m["x"]
+    # x, γ and β go to the fused node as inputs; everything else (eps, axes, exponents) is baked.
+    check_overridable(g, m, ("x", "gamma", "beta"))
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
     needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
     restored = any(n + "_restore" in m or n + "_sum_restore" in m for n in reductions)
@@ -113,17 +118,22 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     plain = not any(n.op in ("Cast", "CastLike") for n in m.all_nodes)
     consts = [m[c] for c in ("gamma", "beta", "eps") if c in m]
     chain_type = g.elem_type(consts[0]) if plain and consts else None
-    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"), notes)
+    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"), compute_types(g, m), notes)
     for param in ("gamma", "beta"):
         t = getattr(desc, param)
         if t is None:
             continue
-        pshape = g.constant_shape(t)
+        pshape = g.fixed_shape(t)
+        if pshape is None and g.overridable(t):
+            raise Reject(f"{'γ' if param == 'gamma' else 'β'}: {g.not_constant_reason(t)}, and its graph input "
+                         "does not pin its shape and type to the initializer's")
         if shape is None and (any(d != 1 for d in pshape) or len(pshape) > -min(axes)):
             # Whether γ grows the output (a normalized dim of 1, or more dims than the input
             # has) depends on the input's shape.
             shape = g.shape(x)
-        _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}")
+        _check_affine(pshape, shape, axes, f"{'γ' if param == 'gamma' else 'β'} {t.name!r}", lambda a: _proven_dim(g, x, a, ctx.scope))
+    known_min = len(shape) if shape is not None else -min(axes)
+    check_constant_rank(g, m.all_nodes, None if shape is None else len(shape), known_min, lambda: _rank(g, x))
     return desc
 
 
@@ -137,6 +147,134 @@ def _check_algebra(m: Match, g, reductions, x: Tensor, shape, axes: tuple[int, .
             raise Reject(f"E[x²] ({m['variance'].name!r}) and E[x] ({m['mean'].name!r}) differ in keepdims: "
                          "their difference is not the variance")
     return _algebra.notes(m)
+
+
+def _rank(g, x: Tensor) -> int | None:
+    shape = g.shape(x)
+    return None if shape is None else len(shape)
+
+
+# Ops whose output has their input's shape.
+_SAME_SHAPE = frozenset({
+    "Cast", "Identity", "Relu", "Erf", "Tanh", "Sigmoid", "Sqrt", "Neg", "Reciprocal", "Abs", "Exp", "Log", "Gelu",
+    "Dropout", "Clip", "LeakyRelu", "Elu", "Softplus", "Softmax", "LogSoftmax", "LayerNormalization", "HardSigmoid",
+})
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min"})
+
+
+def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 12, assume: dict | None = None) -> int | None:
+    """The size of ``t`` (in ``scope``) along negative ``axis`` whatever the graph's inputs are,
+    where the graph forces it: an annotation, a constant, an op broadcasting with an operand of
+    that size (the residual Add with a bias before a LayerNorm), a MatMul or Gemm with a fixed
+    weight; for a function's input, the same size at every call; for a Loop's carried value,
+    its initial size if the body keeps it (by induction: ``assume`` holds the hypothesis)."""
+    assume = assume or {}
+    if id(t) in assume:
+        return assume[id(t)]
+    shape = g.fixed_shape(t)
+    if shape is None:
+        shape = g.shape(t, infer=False)
+    if shape is not None:
+        if -axis > len(shape):
+            return 1 if g.fixed_shape(t) is not None else None  # a constant broadcasts as size 1 there
+        if isinstance(shape[axis], int):
+            return shape[axis]
+    if depth == 0:
+        return None
+    node = producer(t)
+    if node is None:
+        return _proven_at_calls(g, t, axis, scope, depth - 1)
+    i = next((k for k, o in enumerate(node.outputs) if o is t), None)
+    if node.domain not in ("", "ai.onnx"):
+        # A call of a model-local function: what its body forces on that output.
+        f = next((s for s in g.scopes if s.is_function and (s.proto.domain, s.proto.name) == (node.domain, node.op)), None)
+        if f is None or i is None or i >= len(f.ir.outputs):
+            return None
+        return _proven_dim(g, f.ir.outputs[i], axis, f, depth - 1, {})
+    if not node.inputs:
+        return None
+    if node.op in _SAME_SHAPE:
+        return _proven_dim(g, node.inputs[0], axis, node.scope, depth - 1, assume)
+    if node.op in _BROADCAST:
+        # The result has the one size other than 1 among the operands (or the op fails).
+        dims = [_proven_dim(g, i, axis, node.scope, depth - 1, assume) for i in node.inputs]
+        known = [d for d in dims if d is not None and d != 1]
+        if known:
+            return known[0]
+        return 1 if all(d == 1 for d in dims) else None
+    if axis == -1 and node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
+        w = g.fixed_shape(node.inputs[1])
+        if w is not None and len(w) >= 2:
+            trans = node.op == "Gemm" and int(node.attrs.get("transB", 0))
+            return w[-2] if trans else w[-1]
+    if node.op == "Transpose" and node.attrs.get("perm") is not None:
+        perm = list(node.attrs["perm"])
+        if -axis > len(perm):
+            return None
+        return _proven_dim(g, node.inputs[0], perm[axis] - len(perm), node.scope, depth - 1, assume)
+    if node.op == "MatMul" and axis in (-1, -2) and len(node.inputs) == 2:
+        # Operands of rank >= 2 (both have a dim -2): rows come from a, columns from b (P @ V).
+        a, b = node.inputs
+        if all(_proven_dim(g, v, -2, node.scope, depth - 1, assume) is not None for v in (a, b)):
+            return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume)
+    if node.op == "Reshape" and len(node.inputs) > 1:
+        # A target shape whose trailing pieces are constants (tf2onnx's Dense: Concat(Shape dims, [N])).
+        d = _trailing_shape_value(g, node.inputs[1], axis)
+        if d is not None and d > 0:
+            return d
+    if node.op == "If" and len(node.subgraphs) == 2:
+        dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume) for b in node.subgraphs.values()}
+        return dims.pop() if len(dims) == 1 else None
+    if node.op == "Loop" and "body" in node.subgraphs and i < len(node.inputs) - 2:
+        body = node.subgraphs["body"][0]
+        d = _proven_dim(g, node.inputs[2 + i], axis, node.scope, depth - 1, assume)
+        if d is None or len(body.inputs) != len(node.inputs) or len(body.outputs) <= 1 + i:
+            return None
+        step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, id(body.inputs[2 + i]): d})
+        return d if step == d else None
+    return None
+
+
+def _trailing_shape_value(g, shape: Tensor, axis: int) -> int | None:
+    """Element ``axis`` (negative) of a 1-D shape vector: a constant, or a Concat whose pieces
+    from there to the end are constants."""
+    value = g.constant_value(shape)
+    if value is not None:
+        v = np.asarray(value).reshape(-1)
+        return int(v[axis]) if -axis <= v.size else None
+    node = producer(shape)
+    while node is not None and node.op == "Cast":  # (int32 pieces cast to int64)
+        node = producer(node.inputs[0])
+    if node is None or node.op != "Concat":
+        return None
+    tail: list[int] = []
+    for piece in reversed(node.inputs):
+        if len(tail) >= -axis:
+            break
+        v = g.constant_value(piece)
+        if v is None:
+            return None
+        tail = [int(e) for e in np.asarray(v).reshape(-1)] + tail
+    return tail[axis] if len(tail) >= -axis else None
+
+
+def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int) -> int | None:
+    """A model-local function's input: the size its every caller passes, if they agree."""
+    if scope is None or not scope.is_function or t.name not in scope.proto.input:
+        return None
+    index = list(scope.proto.input).index(t.name)
+    key = (scope.proto.domain, scope.proto.name)
+    found: set = set()
+    for s in g.scopes:
+        for n in s.ir.nodes:
+            if (n.domain, n.op) != key:
+                continue
+            if index >= len(n.inputs) or not n.inputs[index].name:
+                return None
+            found.add(_proven_dim(g, n.inputs[index], axis, s, depth, {}))
+            if len(found) > 1 or None in found:
+                return None
+    return found.pop() if found else None
 
 
 def _check_restored(g, restore: Node, xshape, axes: tuple[int, ...]) -> None:
@@ -191,8 +329,9 @@ def _normalized_axes(g, node: Node, rank: int | None, keepdims: int = 1) -> tupl
     return tuple(sorted(set(axes)))
 
 
-def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str) -> None:
-    """γ/β must vary only along the normalized axes and broadcast against them."""
+def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str, proven=lambda axis: None) -> None:
+    """γ/β must vary only along the normalized axes and broadcast against them; where γ/β is
+    not 1, the input's size must be known to equal it (``proven(axis)`` when not annotated)."""
     if pshape is None:
         raise Reject(f"{what} has an unknown shape")
     if xshape is not None and len(pshape) > len(xshape):
@@ -207,9 +346,39 @@ def _check_affine(pshape, xshape, axes: tuple[int, ...], what: str) -> None:
                 raise Reject(f"{what} shape {list(pshape)} varies along axis {-j}, which is not normalized")
         elif xshape is not None and isinstance(xshape[-j], int) and d not in (1, xshape[-j]):
             raise Reject(f"{what} shape {list(pshape)} does not broadcast to the input shape {list(xshape)}")
+        elif d != 1 and (xshape is None or not isinstance(xshape[-j], int)) and proven(-j) != d:
+            # Fed a size of 1 there, the original broadcasts to γ's size; a fused node cannot.
+            dim = "unknown" if xshape is None else repr(xshape[-j])
+            raise Reject(f"{what} has {d} along normalized axis {-j}, where the input's size is {dim}: "
+                         f"cannot prove they are equal")
 
 
 # -- rewrite ----------------------------------------------------------------------------
+
+
+def compute_types(g, m: Match) -> frozenset:
+    """The float types the matched nodes compute in, besides the input's.
+
+    An arithmetic node computes in the type of its operands, each of which is the input, a
+    Cast's result or a constant read as it is: so the Casts' targets and those constants'
+    types cover every type in the chain.
+    """
+    types = set()
+    for n in m.all_nodes:
+        if n.op == "Cast":
+            types.add(int(n.attrs["to"]))
+            continue
+        if n.op == "CastLike":  # (jax2onnx's eps): the type of what it is cast like
+            types.add(g.elem_type(n.inputs[1]))
+            continue
+        for t in n.inputs:
+            if t.name and g.is_constant(t):
+                types.add(g.elem_type(t))
+    return frozenset(t for t in types if t in FLOAT_TYPES)
+
+
+def _widest(types) -> int:
+    return max(types, key=lambda t: FLOAT_WIDTH[t])
 
 
 def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
@@ -228,8 +397,11 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     if t_in is None and t_out is None:
         raise Reject(f"the element type of {desc.x.name!r} is unknown")
     # An untyped input (function bodies) of a chain with Casts: its type may not be the
-    # output's, so it is cast explicitly to the type the node computes in.
+    # output's, so it is cast explicitly to the type the node computes in, taken as the
+    # chain's widest (a cast up loses nothing, whatever the input's type really is).
     cast_in = t_in is None and desc.chain_type is None
+    if cast_in and t_out in FLOAT_TYPES:
+        t_in = _widest(desc.types | {t_out})
     t_in, t_out = t_in or t_out, t_out or t_in
     for t in (t_in, t_out):
         if t not in FLOAT_TYPES:
@@ -238,6 +410,21 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     # what the original did last anyway.
     t = t_out if FLOAT_WIDTH[t_in] < FLOAT_WIDTH[t_out] else t_in
     target = ctx.target
+    # The node must also compute as wide as the chain's widest type (an fp32 model may compute
+    # its variance in fp64).  The plugins and LayerNormalization's stash compute in fp32; fp64
+    # is kept by computing the whole node in DOUBLE (target onnx) or refused.  One exception:
+    # fp16 in and out (TorchScript's fp16 exports widen to fp64 inside), where fp32 holds every
+    # fp16 value, square and sum exactly enough: the output differs by at most an fp16 rounding.
+    compute = _widest(desc.types | {t, onnx.TensorProto.FLOAT})
+    if compute == onnx.TensorProto.DOUBLE and t_in == t_out == onnx.TensorProto.FLOAT16:
+        compute = onnx.TensorProto.FLOAT
+    if compute == onnx.TensorProto.DOUBLE and target != "onnx":
+        what = "the model is DOUBLE" if t_in == t_out == compute else "the chain computes in DOUBLE"
+        plugin = "TensorRT's LayerNorm plugin" if target == "trt" else "the plugins"
+        raise Reject(f"target {target}: {what}, and {plugin} (and TensorRT) have no fp64; target onnx keeps it")
+    if compute == onnx.TensorProto.DOUBLE:
+        t = compute
+    em.compute_type = compute
     if target == "trt":
         if desc.kind != "layer":
             raise Reject("target trt: TensorRT ships no RMSNorm plugin")
@@ -298,11 +485,11 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
             x = em.node("Reshape", [x, em.const("shape3d", np.array([-1, 1, param_shape[0]], np.int64))])[0]
         y = em.plugin(specs.TRT_LAYER_NORM, [x, gamma, beta], em.name("LayerNorm_out"), t, epsilon=desc.epsilon)
         if flat:
-            y = em.node("Reshape", [y, em.node("Shape", [before])[0]])[0]
+            y = em.reshape(y, em.node("Shape", [before])[0])  # keeps an empty batch empty
     else:
         op = "LayerNormalization" if desc.kind == "layer" else "RMSNormalization"
         inputs = [x, gamma] + ([beta] if beta else [])
-        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=1)[0]
+        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=compute)[0]
 
     if perm is not None:
         y = em.node("Transpose", [y], perm=[int(i) for i in np.argsort(perm)])[0]
@@ -330,7 +517,7 @@ def _normalized_shape(g, desc: NormDesc, xshape) -> list | None:
     for t in (desc.gamma, desc.beta):
         if t is None:
             continue
-        ps = g.constant_shape(t)
+        ps = g.fixed_shape(t)
         for i, a in enumerate(desc.axes):
             if -a <= len(ps) and ps[a] != 1 and dims[i] is None:
                 dims[i] = int(ps[a])
@@ -344,10 +531,22 @@ def _affine(em: Emitter, g, param, desc: NormDesc, norm_shape, out_shape, t: int
         if out_shape is None:
             raise Reject(f"{hint} is absent and the normalized size is not static")
         return em.const(hint, np.full(out_shape, fill, dtype=np_type))
-    if list(g.constant_shape(param)) == out_shape and g.elem_type(param) == t:
+    pshape = list(g.fixed_shape(param))
+    if pshape == out_shape and g.elem_type(param) == t:
         return param.name  # already right: no copy, no read of the weights
     if norm_shape is None:
         raise Reject(f"{hint} {param.name!r} must be reshaped and the normalized size is not static")
+    if g.overridable(param):
+        # Its value may be fed: reshape and cast it in the graph, never bake it.
+        if int(np.prod(pshape)) != int(np.prod(out_shape)):
+            raise Reject(f"{hint} {param.name!r} of shape {pshape} must be broadcast to {out_shape}, which would bake "
+                         f"its value: {g.not_constant_reason(param)}")
+        name = param.name
+        if pshape != out_shape:
+            name = em.node("Reshape", [name, em.const(hint + "_shape", np.array(out_shape, np.int64))])[0]
+        if g.elem_type(param) != t:
+            name = em.node("Cast", [name], to=t)[0]
+        return name
     value = g.constant_value(param)
     if value is None:
         raise Reject(f"{hint} {param.name!r} is too large to reshape")

@@ -55,6 +55,7 @@ from fusion.rewrite import Emitter, Reject
 from fusion.rules import Context, Rule
 
 from . import _fc_body
+from ._constants import check_constant_rank, check_overridable
 
 _fc_body.register()
 
@@ -148,7 +149,11 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
     kind = core.op.lower()
     what = f"{core.op} {core.name!r}"
     xt, wt = m["x"], m["w"]
-    x_const, w_const = g.is_constant(xt), g.is_constant(wt)
+    # W, the bias and a moved Reshape's shape go to the new nodes as inputs (W is baked for
+    # target trt, a bias that needs reshaping or scaling is checked where it is read).
+    check_overridable(g, m, ("x", "w", "b", "c", "out_shape"))
+    # An initializer a caller may feed still has a fixed shape and reaches the FC as an input.
+    x_const, w_const = g.is_constant(xt), g.is_constant(wt) or g.overridable(wt)
     if not w_const:
         if x_const:
             raise Reject(f"{what}: the constant is the left operand (W @ x), an FC computes x @ W")
@@ -158,7 +163,9 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         )
     if x_const:
         raise Reject(f"{what}: both operands are constants (a constant-folding candidate, not an FC)")
-    wshape = g.constant_shape(wt)
+    wshape = g.fixed_shape(wt)
+    if wshape is None:
+        raise Reject(f"{what}: weight: {g.not_constant_reason(wt)}, and its graph input does not pin its shape and type")
     if len(wshape) != 2:
         raise Reject(f"{what}: weight {wt.name!r} has shape {list(wshape)}, not a matrix")
 
@@ -175,7 +182,7 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
     # models, and it gives up after a computed Reshape in many legacy exports) runs only for
     # a bias of rank > 1, whose broadcast depends on the rank.
     xshape = g.shape(xt, infer=False)
-    if xshape is None and "bias_add" in m and len(g.constant_shape(m["b"])) > 1:
+    if xshape is None and "bias_add" in m and len(g.fixed_shape(m["b"]) or ()) > 1:
         xshape = g.shape(xt)
     rank = 2 if kind == "gemm" else (None if xshape is None else len(xshape))
     if rank is not None and rank < 2:
@@ -208,6 +215,15 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         _check_bare_matmul(g, ctx, m["matmul"])
 
     activation = _activation(g, m)
+    # The activation's constants (0.5, 1, √2, ...) must not grow the output either.
+    tail = [n for n in m.all_nodes if not any(n is m.get(k) for k in ("gemm", "matmul", "bias_add", "w_transpose", "reshape"))]
+    if "reshape" in m:
+        y_in = m["reshape"].outputs[0]
+        y_shape = g.shape(y_in, infer=False)
+        y_rank, known_min = (None if y_shape is None else len(y_shape)), 0
+    else:
+        y_in, y_rank, known_min = m["x"], rank, 1
+    check_constant_rank(g, tail, y_rank, known_min, lambda: _rank(g, y_in))
     return FCDesc(
         x=xt,
         y=m.root.outputs[0],
@@ -225,6 +241,11 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         rank=rank,
         elem_type=t,
     )
+
+
+def _rank(g, t: Tensor) -> int | None:
+    shape = g.shape(t)
+    return None if shape is None else len(shape)
 
 
 def _moved_reshape(g, m: Match) -> Node | None:
@@ -258,8 +279,11 @@ def _moved_reshape(g, m: Match) -> Node | None:
 def _check_bias(g, b: Tensor, n: int, out_rank: int | None, what: str) -> None:
     """The bias must be a constant that varies only along the output features."""
     if not g.is_constant(b):
-        raise Reject(f"{what} {b.name!r} is computed, not a constant bias")
-    shape = list(g.constant_shape(b))
+        if not g.overridable(b):
+            raise Reject(f"{what} {b.name!r} is computed, not a constant bias")
+        if g.fixed_shape(b) is None:
+            raise Reject(f"{what}: {g.not_constant_reason(b)}, and its graph input does not pin its shape and type")
+    shape = list(g.fixed_shape(b))
     if out_rank is None and len(shape) > 1:
         raise Reject(f"{what} {b.name!r} has rank {len(shape)} and the input's rank is unknown: the output could grow")
     if out_rank is not None and len(shape) > out_rank:
@@ -279,7 +303,7 @@ def _check_bare_matmul(g, ctx: Context, node: Node) -> None:
     for c in out.outputs:
         if c.op == "Add" and c.domain in (None, "", "ai.onnx") and len(c.inputs) == 2:
             other = c.inputs[1] if c.inputs[0] is out else c.inputs[0]
-            if g.is_constant(other):
+            if g.is_constant(other) or g.overridable(other):
                 users = ", ".join(f"{u.op} {u.name!r}" for u in out.outputs if u is not c)
                 if out.name in ctx.scope.output_names:
                     users = ", ".join(filter(None, [users, "a graph output"]))
@@ -311,6 +335,8 @@ def _activation(g, m: Match) -> str:
 def _check_constant(g, t: Tensor, role: str, form: str) -> None:
     label, want = GELU_CONSTANTS[role]
     value = g.scalar(t)
+    if value is None and g.overridable(t):
+        raise Reject(f"{form}: {g.not_constant_reason(t)}")
     if value is None:
         raise Reject(f"{form}: {t.name!r} should be the one-element constant {label}")
     rtol = _CONST_RTOL.get(g.elem_type(t), _DEFAULT_RTOL)
@@ -322,6 +348,10 @@ def _check_constant(g, t: Tensor, role: str, form: str) -> None:
 
 
 def emit(desc: FCDesc, em: Emitter, ctx: Context) -> None:
+    # The plugins accumulate in fp32; Gemm computes in the model's type.
+    em.compute_type = desc.elem_type if ctx.target == "onnx" else TensorProto.FLOAT
+    if ctx.target != "plugin" and 0 in (desc.k, desc.n):
+        raise Reject(f"target {ctx.target}: weight {desc.w.name!r} has a zero-size dim")
     if ctx.target == "plugin":
         _emit_plugin(desc, em, ctx)
     elif ctx.target == "trt":
@@ -365,6 +395,8 @@ def _emit_trt(desc: FCDesc, em: Emitter, ctx: Context) -> None:
     if t not in (TensorProto.FLOAT, TensorProto.FLOAT16):
         raise Reject(f"target trt: CustomFCPluginDynamic takes fp32/fp16, not {_TYPE_NAME[t]}")
     g = ctx.graph
+    if not g.is_constant(desc.w):
+        raise Reject(f"target trt: CustomFCPluginDynamic bakes W into the node: {g.not_constant_reason(desc.w)}")
     value = g.constant_value(desc.w, max_elements=1 << 62)  # the plugin bakes W: read it here
     if desc.transpose_weight:
         value = value.T
@@ -385,7 +417,7 @@ def _emit_trt(desc: FCDesc, em: Emitter, ctx: Context) -> None:
         type_id=0 if t == TensorProto.FLOAT else 1,
         W=weights,
     )
-    y = em.node("Reshape", [y, _output_shape(desc, em, ctx, x)])[0]
+    y = _reshape_out(desc, em, ctx, y, x)
     if desc.bias is not None:
         y = em.node("Add", [y, _bias_vector(desc, em, ctx)])[0]
     _activation_nodes(desc.activation, y, t, em, ctx)
@@ -399,7 +431,7 @@ def _emit_onnx(desc: FCDesc, em: Emitter, ctx: Context) -> None:
     if desc.bias is None:
         raise Reject("target onnx: a MatMul without bias is already standard ONNX")
     g = ctx.graph
-    bshape = tuple(g.constant_shape(desc.bias))
+    bshape = tuple(g.fixed_shape(desc.bias))
     # Gemm's C broadcasts unidirectionally to [M, N]: the bias goes in as it is where it can.
     if len(bshape) <= 2 and all(d == 1 for d in bshape[:-1]):
         bias = desc.bias.name
@@ -411,7 +443,7 @@ def _emit_onnx(desc: FCDesc, em: Emitter, ctx: Context) -> None:
         return
     rows = em.node("Reshape", [desc.x.name, em.const("fc_in_shape", np.array([-1, desc.k], np.int64))])[0]
     y = em.node("Gemm", [rows, desc.w.name, bias], **attrs)[0]
-    em.node("Reshape", [y, _output_shape(desc, em, ctx, desc.x.name)])
+    _reshape_out(desc, em, ctx, y, desc.x.name)
 
 
 def _input(desc: FCDesc, em: Emitter) -> str:
@@ -427,9 +459,11 @@ def _bias_vector(desc: FCDesc, em: Emitter, ctx: Context) -> str:
     np_t = _np_type(t)
     if desc.bias is None:
         return em.const("bias", np.zeros(desc.n, np_t))
-    shape = tuple(g.constant_shape(desc.bias))
+    shape = tuple(g.fixed_shape(desc.bias))
     if shape == (desc.n,) and desc.beta == 1.0 and g.elem_type(desc.bias) == t:
         return desc.bias.name  # already right: no copy, no read
+    if g.overridable(desc.bias):
+        return _fed_bias(desc, em, shape)
     value = g.constant_value(desc.bias)
     if value is None:
         raise Reject(f"bias {desc.bias.name!r} is too large to reshape")
@@ -439,10 +473,27 @@ def _bias_vector(desc: FCDesc, em: Emitter, ctx: Context) -> str:
     return em.const("bias", np.ascontiguousarray(value.astype(np_t)))
 
 
+def _fed_bias(desc: FCDesc, em: Emitter, shape: tuple) -> str:
+    """A bias a caller may feed, made [N] by nodes (its value is not known to bake)."""
+    b = desc.bias.name
+    if desc.beta != 1.0:
+        b = em.node("Mul", [b, em.const("beta", np.array(desc.beta, _np_type(desc.elem_type)))])[0]
+    if shape != (desc.n,):
+        b = em.node("Reshape", [b, em.const("bias_flat", np.array([-1], np.int64))])[0]
+        if int(np.prod(shape)) != desc.n:  # one element: broadcast along the features
+            b = em.node("Expand", [b, em.const("bias_n", np.array([desc.n], np.int64))])[0]
+    return b
+
+
+def _reshape_out(desc: FCDesc, em: Emitter, ctx: Context, y: str, x: str) -> str:
+    """``y`` (rows of N) reshaped to the FC output: x's leading dims and N, zero-size ones kept."""
+    if desc.rank == 2:
+        return em.node("Reshape", [y, em.const("fc_out_shape", np.array([-1, desc.n], np.int64))])[0]
+    return em.reshape(y, _output_shape(desc, em, ctx, x))
+
+
 def _output_shape(desc: FCDesc, em: Emitter, ctx: Context, x: str) -> str:
     """Shape of the FC output: x's leading dims and N."""
-    if desc.rank == 2:
-        return em.const("fc_out_shape", np.array([-1, desc.n], np.int64))
     shape = em.node("Shape", [x])[0]
     if ctx.opset >= 10:
         lead = em.node(

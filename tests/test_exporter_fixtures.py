@@ -59,12 +59,31 @@ def test_every_norm_fuses_and_nothing_else(record):
     path, feeds, ref = _load(record)
     result = fusion.run(str(path), ["layernorm", "rmsnorm"])
     counts = result.counts()
-    assert counts.get("layernorm", 0) == record["expected_layernorm_fusions"], (counts, [m.reason for m in result.near_misses])
+    # jax2onnx computes nnx.LayerNorm(use_fast_variance=False)'s variance in float64: recognised,
+    # and left by the plugin target, which has no fp64 (target onnx fuses it: see below).
+    double = [m.reason for m in result.near_misses if "computes in DOUBLE" in m.reason]
+    assert len(double) == DOUBLE_VARIANCE.get(record["family"], 0), double
+    want_ln = record["expected_layernorm_fusions"] - len(double)
+    assert counts.get("layernorm", 0) == want_ln, (counts, [m.reason for m in result.near_misses])
     assert counts.get("rmsnorm", 0) == record["expected_rmsnorm_fusions"], (counts, [m.reason for m in result.near_misses])
     if result.modified:
         got = run(result.model, feeds)
         assert _close(got, run(onnx.load(str(path)), feeds)) <= TOLERANCE
         assert _close(got, ref) <= TOLERANCE
+
+
+DOUBLE_VARIANCE = {"flax_norms": 1}
+
+
+@pytest.mark.parametrize("record", [r for r in RECORDS if r["opset"] >= 23], ids=_id)
+def test_every_norm_fuses_on_target_onnx(record):
+    """At opset 23 target onnx has LayerNormalization and RMSNormalization, in any float type."""
+    path, feeds, ref = _load(record)
+    result = fusion.run(str(path), ["layernorm", "rmsnorm"], target="onnx")
+    counts = result.counts()
+    assert counts.get("layernorm", 0) == record["expected_layernorm_fusions"], [m.reason for m in result.near_misses]
+    assert counts.get("rmsnorm", 0) == record["expected_rmsnorm_fusions"], [m.reason for m in result.near_misses]
+    assert _close(run(result.model, feeds), ref) <= TOLERANCE
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=_id)
@@ -86,8 +105,8 @@ FC_SHORT = {"keras_bert": 2}
 
 
 def test_one_pass_variance_is_said_in_the_record():
-    record = next(r for r in RECORDS if r["family"] == "flax_norms")
-    result = fusion.run(str(DIR / record["file"]), ["layernorm", "rmsnorm"])
+    record = next(r for r in RECORDS if r["family"] == "flax_norms" and r["opset"] >= 23)
+    result = fusion.run(str(DIR / record["file"]), ["layernorm", "rmsnorm"], target="onnx")
     notes = [n for f in result.fusions for n in f.notes]
     assert any("one-pass variance" in n and "more accurate" in n for n in notes), notes
     assert any("constant rows" in n for n in notes), notes

@@ -19,8 +19,11 @@ from pathlib import Path
 from hypothesis import Phase, event, given, note, seed, settings
 from hypothesis.control import current_build_context
 
+import pytest
+
 from .fuzz import properties
-from .fuzz.spec import build
+from .fuzz.spec import ENABLED_FAMILIES, TROUBLE_FAMILIES, build
+from .fuzz.trouble import FAMILIES
 from .fuzz.strategies import model_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +55,24 @@ def test_fused_models_keep_every_property(spec):
         raise
     if result.warnings:
         event("no function body at this opset: outputs not compared")
+
+
+@pytest.mark.parametrize("family", TROUBLE_FAMILIES)
+def test_trouble_families_fuse_to_the_same_function_or_not_at_all(family):
+    """tests/fuzz/trouble.py: one family of issue 16's shapes of trouble per run."""
+    if family not in ENABLED_FAMILIES:
+        pytest.skip(f"{family}: switched off in tests/fuzz/spec.py ENABLED_FAMILIES (FUZZ_FAMILIES=all runs it)")
+    # A fiftieth of the profile's examples per family (20 by default, 200 in CI): nine
+    # families, each example two verify runs.
+    examples = max(20, settings.default.max_examples // 50)
+
+    @settings(max_examples=examples, deadline=None)
+    @given(case=FAMILIES[family]())
+    def run(case):
+        event(case.what)
+        properties.check_semantics(case)
+
+    run()
 
 
 def _sample_models(n: int) -> list[bytes]:

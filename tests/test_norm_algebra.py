@@ -292,9 +292,10 @@ def test_rms_after_a_tf_layernorm_with_neg_shift_still_fuses():
     properties.check(case)
 
 
-def _stable_layernorm(row_axis: int = -1, eps_castlike: bool = False) -> onnx.ModelProto:
-    """jax2onnx's exact centering: Where(min == max and mean finite, 0, x − mean)."""
-    g = G(15)  # (CastLike)
+def _stable_layernorm(row_axis: int = -1, eps_castlike: bool = False, double: bool = False, opset: int = 15) -> onnx.ModelProto:
+    """jax2onnx's exact centering: Where(min == max and mean finite, 0, x − mean); ``double``:
+    the variance in float64, as jax2onnx computes it."""
+    g = G(opset)  # (CastLike: 15)
     x = g.input("x", FLOAT, ["B", "S", H])
     m = g.op("ReduceMean", x, axes=[-1], keepdims=1)
     d = g.op("Sub", x, m)
@@ -303,7 +304,10 @@ def _stable_layernorm(row_axis: int = -1, eps_castlike: bool = False) -> onnx.Mo
     zero = g.const(0.0)
     cond = g.op("And", g.op("Equal", lo, hi), g.op("Equal", g.op("Sub", m, m), zero))
     sd = g.op("Where", cond, zero, d)
-    v = g.op("Cast", g.op("ReduceMean", g.op("Cast", g.op("Mul", sd, sd), to=onnx.TensorProto.DOUBLE), axes=[-1]), to=FLOAT)
+    if double:
+        v = g.op("Cast", g.op("ReduceMean", g.op("Cast", g.op("Mul", sd, sd), to=onnx.TensorProto.DOUBLE), axes=[-1]), to=FLOAT)
+    else:
+        v = g.op("ReduceMean", g.op("Mul", sd, sd), axes=[-1])
     eps = g.op("CastLike", g.const(np.float64(1e-5), dtype=np.float64), x) if eps_castlike else g.const(1e-5)
     y = g.op("Div", sd, g.op("Sqrt", g.op("Add", v, eps)))
     g.output(g.op("Add", g.op("Mul", y, g.const(np.full(H, 1.5, np.float32))), g.const(np.full(H, 0.1, np.float32))), FLOAT, ["B", "S", H])
@@ -315,6 +319,16 @@ def test_exact_centering_fuses_with_a_note():
     result = _fuse(model)
     assert result.counts() == {"layernorm": 1}, _reasons(result)
     assert any("constant rows" in n for n in result.fusions[0].notes)
+    _numbers(model, result)
+
+
+def test_exact_centering_with_a_float64_variance_fuses_on_target_onnx():
+    """jax2onnx's form exactly: the plugin target has no fp64 and says so; target onnx fuses."""
+    model = _stable_layernorm(double=True, opset=17)
+    plugin = _fuse(model)
+    assert plugin.counts() == {} and "computes in DOUBLE" in _reasons(plugin), _reasons(plugin)
+    result = fusion.run(model, ["layernorm"], target="onnx")
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
     _numbers(model, result)
 
 

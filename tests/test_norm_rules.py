@@ -38,7 +38,8 @@ LAYER_FORMS = {
     "fp16_fp64_island": FP16_TORCH,
     "fp16_fp32_island": FP16_TORCH.with_(island=FLOAT),
     "fp16_native": LAYER.with_(dtype=FLOAT16),
-    "fp64": LAYER.with_(dtype=DOUBLE),
+    # "fp64" (LAYER.with_(dtype=DOUBLE)) left this list with issue 16, defect 5: the plugins compute
+    # in fp32, so an fp64 norm is refused for them; tests/test_emit_soundness.py covers it.
     "channels_first": LAYER.with_(axes=(1,), positive_axes=False, shape=("N", 8, 4, 4), channels_first_params=True),
 }
 RMS_FORMS = {

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -261,3 +262,123 @@ def test_kernel_sources_compile_with_nvrtc(name):
     nvrtc.nvrtcGetProgramLog(prog, log)
     nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
     assert rc == 0, log.value.decode()[:2000]
+
+
+# ------------------------------------------------------------------ TensorRT 8 flavour (IPluginV2DynamicExt)
+
+
+@pytest.fixture(scope="module")
+def built8(tmp_path_factory) -> Path:
+    if not HAVE_NVCC:
+        pytest.skip("nvcc not found: the plugin library cannot be built here")
+    out = Path(os.environ.get("FUSION_PLUGIN_BUILD_DIR") or tmp_path_factory.mktemp("plugin_build8"))
+    return pl.build_library(out, trt=8)
+
+
+@needs_nvcc
+def test_trt8_library_agrees_with_specs(built8):
+    assert built8.name == "libfusion_plugins_trt8.so"
+    assert pl.library_flavour(built8).trt == 8
+    assert pl.check_library(built8) == []
+
+
+@needs_nvcc
+def test_trt8_describe_reports_each_creator(built8):
+    creators = pl.describe_library(built8)
+    assert [(c["name"], c["version"], c["namespace"]) for c in creators] == [s.key for s in fusion_specs()]
+    for c in creators:
+        assert (c["interface"]["kind"], c["interface"]["major"]) == ("IPluginCreator", 8)
+        assert c["registered_namespace"] == "fusion"
+        p = c["plugin"]
+        assert p["created"] and p["roundtrip"] and p["clone"] and p["rejects_foreign"]
+        assert p["interface"]["kind"] == "IPluginV2DynamicExt"  # the top byte of getTensorRTVersion
+        assert p["formats"] == {"float": True, "half": True, "int8": False}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("what,specs,expected", list(_mutations()), ids=[m[0] for m in _mutations()])
+def test_trt8_wrong_spec_is_reported(built8, what, specs, expected):
+    problems = pl.check_library(built8, specs)
+    assert problems, f"a changed {what} went unnoticed"
+    assert any(expected in p for p in problems), problems
+
+
+@needs_nvcc
+def test_trt8_exports_and_dependencies(built8):
+    if not shutil.which("nm") or not shutil.which("readelf"):
+        pytest.skip("binutils not installed")
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(built8)], capture_output=True, text=True, check=True)
+    exported = {ln.split()[-1] for ln in nm.stdout.splitlines() if ln.split()[1:2] == ["T"]}
+    assert exported == set(pl.FLAVOURS[8].exports)
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(built8)], capture_output=True, text=True).stdout
+    assert "getPluginRegistry" not in undefined  # looked up at load time, not linked
+    needed = subprocess.run(["readelf", "-d", str(built8)], capture_output=True, text=True, check=True).stdout
+    for lib in ("libnvinfer", "libcudart", "libcublas"):
+        assert lib not in needed
+
+
+@needs_nvcc
+def test_trt8_library_loads_without_tensorrt(built8):
+    """Loaded where no libnvinfer is: no crash, a one-line warning, nothing registered."""
+    code = f"import ctypes; lib = ctypes.CDLL({str(built8)!r}); print(lib.fusion_trt8_register())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "-1"
+    assert "TensorRT (libnvinfer.so.8) is not loaded" in proc.stderr
+
+
+@needs_nvcc
+def test_trt8_rebuild_is_skipped(built8):
+    before = built8.stat().st_mtime_ns
+    assert pl.build_library(built8.parent, trt=8) == built8
+    assert built8.stat().st_mtime_ns == before
+
+
+def _fake_headers(tmp_path: Path, major: int, minor: int) -> Path:
+    d = tmp_path / f"trt{major}"
+    d.mkdir()
+    (d / "NvInferRuntime.h").write_text("#pragma once\n")
+    (d / "NvInferVersion.h").write_text(
+        f"#define NV_TENSORRT_MAJOR {major}\n#define NV_TENSORRT_MINOR {minor}\n#define NV_TENSORRT_PATCH 1\n"
+    )
+    return d
+
+
+@pytest.mark.parametrize("trt,headers", [(8, (10, 3)), (10, (8, 5))])
+def test_mismatched_tensorrt_headers_are_refused(tmp_path, trt, headers):
+    inc = _fake_headers(tmp_path, *headers)
+    with pytest.raises(PluginBuildError, match=f"are {headers[0]}.{headers[1]}.1, not for the TRT{trt} library") as e:
+        pl.build_library(tmp_path / "out", trt=trt, tensorrt_include=inc)
+    assert "\n" not in str(e.value)
+
+
+def test_tensorrt_header_version_is_read(tmp_path):
+    assert pl.trt_header_version(_fake_headers(tmp_path, 8, 6)) == (8, 6, 1)
+    assert pl.trt_header_version(tmp_path) is None
+
+
+def test_cli_refuses_mismatched_headers(tmp_path, capsys):
+    from fusion import cli
+
+    inc = _fake_headers(tmp_path, 10, 3)
+    rc = cli.main(["plugins", "build", "--trt", "8", "--tensorrt-include", str(inc), "-o", str(tmp_path / "o")])
+    assert rc != 0
+    err = capsys.readouterr().err.strip()
+    assert "not for the TRT8 library" in err and "\n" not in err
+
+
+def test_flavour_sources_are_disjoint_glue():
+    v3 = {p.relative_to(pl.plugin_src_dir()).as_posix() for p in pl.library_sources(trt=10)}
+    v2 = {p.relative_to(pl.plugin_src_dir()).as_posix() for p in pl.library_sources(trt=8)}
+    assert not any(p.startswith("trt8/") for p in v3)
+    assert v3 - v2 == set(pl.V3_GLUE)
+    assert v2 - v3 == {"trt8/PluginV2.cpp", "trt8/entry8.cpp"}
+    # the kernels, launchers and cores are shared
+    assert {"common/normCore.cpp", "fc/fcCore.cpp", "common/normLaunch.cu", "fc/FcGemm.cpp"} <= v3 & v2
+
+
+def test_trt8_readme_table_is_current():
+    text = (pl.plugin_src_dir() / "README.md").read_text()
+    assert pl._readme_with_table(text) == text, "run: python -m fusion.plugin_lib readme"
+    for spec in fusion_specs():
+        assert f"| `{spec.op_type}` | {spec.version} | `{spec.namespace}` |" in text

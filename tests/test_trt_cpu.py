@@ -514,3 +514,95 @@ def test_trt_verify_without_tensorrt_checks_onnxruntime(no_trt, tmp_path):
     # 32 wide: below what TensorRT's LayerNorm plugin computes exactly, so the trt target leaves it.
     assert rows[0]["fused_nodes"] == 0 and rows[0]["ort_passed"] is True and rows[0]["built"] is None
     assert "nothing fused for target onnx at opset 13" in rows[1]["note"]
+
+
+# -- engine latency in verify --------------------------------------------------------------------
+
+
+def test_verify_trt_adds_engine_latency(ort_as_trt, tmp_path, monkeypatch):
+    from fusion import trt_timing
+    from fusion.trt_timing import LatencyReport, LatencyRow, Timing
+    from fusion.verify import verify
+
+    path = _gather_model(tmp_path)
+    monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
+    seen = {}
+
+    def fake_latency(source, fused_built, feeds, options):
+        seen.update(source=source, feeds=len(feeds), options=options, profiles=len(fused_built.profiles))
+        t = Timing(2.0, 1.9, 2.1, 1.9, 2.2, 10, 15, "execute_async_v2")
+        return LatencyReport([LatencyRow("min", {"ids": [1, 1]}, Timing(3.0, 2.9, 3.1, 2.9, 3.2, 10, 15, "v2"), t)])
+
+    monkeypatch.setattr(trt_timing, "verify_latency", fake_latency)
+    rep = verify(path, path, backend="trt", profiles={"batch": (1, 2, 4), "seq": (1, 4, 8)}, tactic_sources=[])
+    assert rep.passed and seen["options"]["tactic_sources"] == [] and "latency" not in seen["options"]
+    assert (seen["source"], seen["feeds"], seen["profiles"]) == (str(path), 3, 1)
+    assert "1.500x faster" in rep.table() and rep.to_dict()["latency"]["rows"][0]["speedup"] == 1.5
+    rep = verify(path, path, backend="trt", profiles={"batch": (1, 2, 4), "seq": (1, 4, 8)}, latency=False)
+    assert rep.latency is None and rep.to_dict()["latency"] is None
+
+
+def test_verify_trt_latency_that_cannot_run_is_reported(ort_as_trt, tmp_path, monkeypatch):
+    """The stand-in engine cannot be timed: verify passes, the latency says why, and the
+    original's engine is not built for nothing."""
+    from fusion.verify import verify
+
+    path = _gather_model(tmp_path)
+    monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
+    rep = verify(path, path, backend="trt", profiles={"batch": (1, 2), "seq": (1, 2)})
+    assert rep.passed and rep.latency.rows == [] and rep.latency.error
+    assert "engine latency: not measured" in rep.table()
+    assert len(ort_as_trt.calls["profiles"]) == 1
+
+
+def test_cli_verify_no_latency(ort_as_trt, tmp_path, monkeypatch, capsys):
+    from fusion import trt_timing
+
+    path = _gather_model(tmp_path)
+    monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
+    monkeypatch.setattr(trt_timing, "verify_latency", lambda *a: pytest.fail("timed despite --no-latency"))
+    assert cli.main(["verify", str(path), str(path), "--trt", "--profile", "batch=1,2", "seq=1,2", "--no-latency"]) == 0
+    assert "engine latency" not in capsys.readouterr().out
+
+
+def test_trt_engines_bench_arguments_and_rows(tmp_path):
+    sys.path.insert(0, str(REPO / "bench"))
+    import trt_engines as te
+
+    from fusion.trt_timing import Timing
+
+    args = te.make_parser().parse_args(["run", "--model", "bert", "--onnx", "b.onnx", "--engines", "trt_ln,plugin_ln"])
+    assert args.engines == ["trt_ln", "plugin_ln"] and args.precision == "fp32" and args.plugins == []
+    run, notes = te.engines_to_run(args.engines, args.plugins)
+    assert run == ["unfused", "trt_ln"] and notes[0].startswith("plugin_ln: skipped (needs --plugins")
+    assert te.engines_to_run(None, ["lib.so"])[0] == list(te.ENGINES)
+    with pytest.raises(SystemExit, match="unknown engine 'fc'"):
+        te.engines_to_run(["fc"], [])
+    assert te.profile_for("bert", None, None) == {"batch": 8, "seq": 128} and te.profile_for("vit", 4, None) == {"batch": 4}
+    feed = te.make_feed("vit", None, {"batch": 2})
+    assert feed["pixel_values"].shape == (2, 3, 224, 224) and feed["pixel_values"].dtype == np.float32
+    assert te.make_feed("bert", None, {"batch": 8, "seq": 128})["input_ids"].dtype == np.int64
+
+    t_unfused, t_ln = Timing(9.83, 9.8, 9.9, 9.7, 10, 3, 15, "execute_async_v2"), Timing(8.16, 8.1, 8.2, 8, 8.3, 4, 15, "v2")
+    row = te.make_row("bert", "trt_ln", "fp32", timing=t_ln, unfused_timing=t_unfused, build_s=61.234, max_abs_err=1.23456e-5,
+                      fused={"layernorm": 25}, plugin_layers=25, meta={"commit": "abc"})  # fmt: skip
+    assert row["speedup"] == pytest.approx(1.2047, abs=1e-4) and row["target"] == "trt" and row["passes"] == ["layernorm"]
+    assert (row["build_s"], row["max_abs_err"], row["median_ms"], row["commit"]) == (61.23, 1.23e-5, 8.16, "abc")
+    out = tmp_path / "r.json"
+    te.write(out, te.merge(out, [te.make_row("bert", "unfused", "fp32", timing=t_unfused, unfused_timing=t_unfused), row],
+                           {"m": 1}))  # fmt: skip
+    again = te.make_row("bert", "trt_ln", "fp32", error="RuntimeError: boom")
+    data = te.merge(out, [again, te.make_row("vit", "unfused", "fp32", error="x")], {"m": 2})
+    assert [(r["model"], r["engine"], "error" in r) for r in data["rows"]] == [
+        ("bert", "unfused", False), ("bert", "trt_ln", True), ("vit", "unfused", True)]  # fmt: skip
+    text = te.table(data["rows"])
+    assert "bert   unfused" in text and "1.000x" in text and "error: RuntimeError: boom" in text
+
+
+def test_build_engine_from_serialized_bytes(fake_trt, tmp_path):
+    """A model given as bytes (what bench/trt_engines.py and tuning pass) builds: onnx's
+    load_from_string takes no load_external_data keyword (seen on the H100, onnx 1.1x and 1.23)."""
+    fake_trt()
+    data = _ln_model(tmp_path).read_bytes()
+    built = fusion.build_engine(data, shapes={"batch": (1, 2), "seq": (1, 8)})
+    assert built.engine == b"ENGINE:ln_0,relu_0" and [i.name for i in built.inputs] == ["x"]

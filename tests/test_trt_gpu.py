@@ -151,3 +151,16 @@ def test_cli_build(tmp_path, capsys):
                    "--no-tactic-sources"])  # fmt: skip
     assert rc == 0 and out.stat().st_size > 0
     assert "1 plugin layers" in capsys.readouterr().out
+
+
+def test_verify_times_both_engines_at_every_profile_corner(tmp_path):
+    """verify --trt's latency: the original's engine built like the fused one, both timed at
+    min / opt / max with the API of this TensorRT (execute_async_v2 before 10, v3 from 10)."""
+    rep = verify(decomposed_ln(tmp_path), plugin_ln(tmp_path), backend="trt", profiles=PROFILE, tactic_sources=NO_TACTICS)
+    lat = rep.latency
+    assert not lat.error, lat.error
+    assert [r.label for r in lat.rows] == ["min", "opt", "max"]
+    api = "execute_async_v2" if int(trt.__version__.split(".")[0]) < 10 else "execute_async_v3"
+    assert all(r.fused.api == r.unfused.api == api for r in lat.rows)
+    assert all(0 < r.fused.median_ms < 100 and 0 < r.speedup < 100 for r in lat.rows)
+    assert "fused/unfused speed-up" in rep.table() and rep.to_dict()["latency"]["rows"][0]["label"] == "min"

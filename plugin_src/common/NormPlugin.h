@@ -2,12 +2,10 @@
 // (inputs: X, Scale[, B]) and the kernel family (common/normLaunch.h).
 #pragma once
 
-#include "common/pluginUtils.h"
+#include "common/normCore.h"
 
 namespace fusion
 {
-
-specs::PluginSpec const& normSpec(NormOp op) noexcept;
 
 class NormPlugin : public nvinfer1::IPluginV3,
                    public nvinfer1::IPluginV3OneCore,
@@ -15,7 +13,7 @@ class NormPlugin : public nvinfer1::IPluginV3,
                    public nvinfer1::IPluginV3OneRuntime
 {
 public:
-    NormPlugin(NormOp op, float epsilon, int32_t axis);
+    explicit NormPlugin(NormConfig const& config);
     NormPlugin(NormPlugin const& other);
     NormPlugin& operator=(NormPlugin const&) = delete;
     ~NormPlugin() override = default;
@@ -50,13 +48,7 @@ public:
     nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
 
 private:
-    // First normalized dim for a tensor of this rank, or -1 if axis does not fit.
-    int32_t firstNormDim(int32_t rank) const noexcept;
-    bool checkShapes(nvinfer1::Dims const* dims, int32_t nbInputs) const noexcept;
-
-    NormOp mOp;
-    float mEpsilon;
-    int32_t mAxis;
+    NormConfig mCfg;
     int32_t mNbInputs{0}; // set by configurePlugin / onShapeChange: enqueue is not told
     FieldWriter mSerial;
 };

@@ -1,5 +1,6 @@
-// Shared TensorRT glue: logging through the loader's ILoggerFinder, field parsing against
-// the generated specs, serialization buffers, and type helpers.
+// Shared TensorRT glue: logging, field parsing against the generated specs, serialization,
+// and type helpers.  Compiled into both libraries, each against its own headers: TensorRT
+// >= 10 (IPluginV3) or 8.x (IPluginV2DynamicExt: NV_TENSORRT_MAJOR < 10).
 #pragma once
 
 #include "NvInferRuntime.h"
@@ -13,7 +14,13 @@
 namespace fusion
 {
 
+#if NV_TENSORRT_MAJOR >= 10
 void setGlobalLoggerFinder(nvinfer1::ILoggerFinder* finder) noexcept;
+#else
+// TensorRT 8 has no logger finder: the library asks libnvinfer's getLogger() when it logs.
+using LoggerGetter = nvinfer1::ILogger* (*) ();
+void setGlobalLoggerGetter(LoggerGetter getter) noexcept;
+#endif
 // Logs through TensorRT's logger when the library was loaded by TensorRT, else to stderr.
 void logMessage(nvinfer1::ILogger::Severity severity, std::string const& msg) noexcept;
 inline void logError(std::string const& msg) noexcept
@@ -32,6 +39,9 @@ inline bool isSupportedType(nvinfer1::DataType type) noexcept
     ElemType unused;
     return toElemType(type, unused);
 }
+
+// Linear format; X (pos 0) of a supported type, every other tensor of X's type.
+bool supportsLinear(int32_t pos, nvinfer1::PluginTensorDesc const& desc, nvinfer1::DataType xType) noexcept;
 
 // Product of dims [begin, end); -1 if any of them is unknown (-1).
 int64_t volume(nvinfer1::Dims const& dims, int32_t begin, int32_t end) noexcept;
@@ -95,6 +105,27 @@ public:
 
 private:
     specs::PluginSpec const& mSpec;
+    std::vector<nvinfer1::PluginField> mFields;
+    nvinfer1::PluginFieldCollection mCollection{};
+};
+
+// Fields as one byte string (TensorRT 8 plugins serialize themselves) and back:
+// magic, count, then name, type, length and data bytes of each field.
+std::vector<char> packFields(nvinfer1::PluginFieldCollection const* fc);
+
+class PackedFields
+{
+public:
+    // False with `error` for a truncated or foreign blob.
+    bool parse(void const* data, size_t size, std::string& error);
+    nvinfer1::PluginFieldCollection const* collection() const noexcept
+    {
+        return &mCollection;
+    }
+
+private:
+    std::vector<std::string> mNames;
+    std::vector<std::vector<char>> mData;
     std::vector<nvinfer1::PluginField> mFields;
     nvinfer1::PluginFieldCollection mCollection{};
 };

@@ -1,8 +1,7 @@
 // FusedFC: Y[..., N] = activation(alpha * X[..., K] @ W + B) through cuBLASLt (FcGemm.h).
 #pragma once
 
-#include "common/pluginUtils.h"
-#include "fc/FcGemm.h"
+#include "fc/fcCore.h"
 
 #include <memory>
 #include <string>
@@ -16,10 +15,7 @@ class FcPlugin : public nvinfer1::IPluginV3,
                  public nvinfer1::IPluginV3OneRuntime
 {
 public:
-    // cuBLASLt may use this much scratch; TensorRT provides it per enqueue.
-    static constexpr size_t kWORKSPACE_BYTES = size_t{32} << 20;
-
-    FcPlugin(int32_t outFeatures, int32_t transposeWeight, float alpha, std::string activation);
+    explicit FcPlugin(FcConfig const& config);
     FcPlugin(FcPlugin const& other);
     FcPlugin& operator=(FcPlugin const&) = delete;
     ~FcPlugin() override = default;
@@ -55,18 +51,8 @@ public:
     nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
     nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
 
-    // The spec's activation names, in Activation order; -1 if `name` is none of them.
-    static int32_t activationIndex(std::string const& name) noexcept;
-
 private:
-    bool checkDims(nvinfer1::Dims const& x, nvinfer1::Dims const& w, nvinfer1::Dims const& b) const noexcept;
-    bool shapeOf(nvinfer1::PluginTensorDesc const* in, GemmShape& shape) const noexcept;
-
-    int32_t mOutFeatures;
-    int32_t mTransposeWeight;
-    float mAlpha;
-    std::string mActivationName;
-    Activation mActivation;
+    FcConfig mCfg;
     std::unique_ptr<LtGemm> mGemm; // per instance: TensorRT clones one per context
     FieldWriter mSerial;
 };

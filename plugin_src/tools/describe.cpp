@@ -8,6 +8,7 @@
 // nothing here touches a GPU.  fusion/plugin_lib.py:check_library compares the output
 // with fusion/specs.py.
 #include "NvInferRuntime.h"
+#include "tools/describeJson.h"
 #include "tools/fieldValues.h"
 
 #include <cstdio>
@@ -23,100 +24,6 @@ using namespace nvinfer1;
 
 namespace
 {
-
-std::string jsonString(std::string const& s)
-{
-    std::string out = "\"";
-    for (char c : s)
-    {
-        if (c == '"' || c == '\\')
-        {
-            out += '\\';
-            out += c;
-        }
-        else if (static_cast<unsigned char>(c) < 0x20)
-        {
-            char buf[8];
-            snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out += buf;
-        }
-        else
-        {
-            out += c;
-        }
-    }
-    return out + "\"";
-}
-
-char const* typeName(PluginFieldType t)
-{
-    switch (t)
-    {
-    case PluginFieldType::kFLOAT16: return "kFLOAT16";
-    case PluginFieldType::kFLOAT32: return "kFLOAT32";
-    case PluginFieldType::kFLOAT64: return "kFLOAT64";
-    case PluginFieldType::kINT8: return "kINT8";
-    case PluginFieldType::kINT16: return "kINT16";
-    case PluginFieldType::kINT32: return "kINT32";
-    case PluginFieldType::kCHAR: return "kCHAR";
-    case PluginFieldType::kDIMS: return "kDIMS";
-    case PluginFieldType::kUNKNOWN: return "kUNKNOWN";
-    case PluginFieldType::kBF16: return "kBF16";
-    case PluginFieldType::kINT64: return "kINT64";
-    case PluginFieldType::kFP8: return "kFP8";
-    case PluginFieldType::kINT4: return "kINT4";
-    case PluginFieldType::kFP4: return "kFP4";
-    }
-    return "?";
-}
-
-std::string interfaceJson(InterfaceInfo const& info)
-{
-    std::ostringstream o;
-    o << "{\"kind\": " << jsonString(info.kind ? info.kind : "") << ", \"major\": " << info.major
-      << ", \"minor\": " << info.minor << "}";
-    return o.str();
-}
-
-std::string fieldsJson(PluginFieldCollection const* fc)
-{
-    std::ostringstream o;
-    o << "[";
-    for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i)
-    {
-        PluginField const& f = fc->fields[i];
-        o << (i ? ", " : "") << "{\"name\": " << jsonString(f.name ? f.name : "") << ", \"type\": \""
-          << typeName(f.type) << "\", \"length\": " << f.length << "}";
-    }
-    return o.str() + "]";
-}
-
-// A deep copy of serialized fields: the plugin owns the originals.
-std::vector<std::pair<std::string, std::vector<char>>> copyFields(PluginFieldCollection const* fc, std::string& types)
-{
-    std::vector<std::pair<std::string, std::vector<char>>> out;
-    for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i)
-    {
-        PluginField const& f = fc->fields[i];
-        size_t elem = 1;
-        switch (f.type)
-        {
-        case PluginFieldType::kFLOAT32:
-        case PluginFieldType::kINT32: elem = 4; break;
-        case PluginFieldType::kFLOAT64:
-        case PluginFieldType::kINT64: elem = 8; break;
-        case PluginFieldType::kFLOAT16:
-        case PluginFieldType::kBF16:
-        case PluginFieldType::kINT16: elem = 2; break;
-        default: elem = 1;
-        }
-        char const* p = static_cast<char const*>(f.data);
-        size_t const bytes = elem * static_cast<size_t>(f.length > 0 ? f.length : 0);
-        out.emplace_back(f.name ? f.name : "", std::vector<char>(p, p + (p ? bytes : 0)));
-        types += std::string(f.name ? f.name : "") + ":" + typeName(f.type) + ";";
-    }
-    return out;
-}
 
 class Logger : public ILogger
 {
@@ -155,7 +62,7 @@ std::string describePlugin(IPluginCreatorV3One* creator, PluginFieldCollection c
     auto* core = static_cast<IPluginV3OneCore*>(plugin->getCapabilityInterface(PluginCapabilityType::kCORE));
     auto* build = static_cast<IPluginV3OneBuild*>(plugin->getCapabilityInterface(PluginCapabilityType::kBUILD));
     auto* runtime = static_cast<IPluginV3OneRuntime*>(plugin->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-    o << "{\"created\": true, \"interface\": " << interfaceJson(plugin->getInterfaceInfo());
+    o << "{\"created\": true, \"interface\": " << interfaceJson(plugin->getInterfaceInfo().kind, plugin->getInterfaceInfo().major, plugin->getInterfaceInfo().minor);
     if (core != nullptr)
     {
         o << ", \"name\": " << jsonString(core->getPluginName()) << ", \"version\": "
@@ -222,19 +129,10 @@ int main(int argc, char** argv)
         fprintf(stderr, "usage: %s LIB [Op.field=value ...]\n", argv[0]);
         return 2;
     }
-    // op -> field -> text
-    std::map<std::string, std::map<std::string, std::string>> given;
-    for (int i = 2; i < argc; ++i)
+    GivenFields given;
+    if (!parseGivenFields(argc, argv, 2, given))
     {
-        std::string const a = argv[i];
-        size_t const dot = a.find('.');
-        size_t const eq = a.find('=');
-        if (dot == std::string::npos || eq == std::string::npos || eq < dot)
-        {
-            fprintf(stderr, "bad field argument '%s' (want Op.field=value)\n", argv[i]);
-            return 2;
-        }
-        given[a.substr(0, dot)][a.substr(dot + 1, eq - dot - 1)] = a.substr(eq + 1);
+        return 2;
     }
     void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr)
@@ -265,7 +163,7 @@ int main(int argc, char** argv)
     {
         IPluginCreatorInterface* c = creators[i];
         InterfaceInfo const info = c->getInterfaceInfo();
-        o << (i ? ",\n  " : "\n  ") << "{\"interface\": " << interfaceJson(info);
+        o << (i ? ",\n  " : "\n  ") << "{\"interface\": " << interfaceJson(info.kind, info.major, info.minor);
         if (info.kind == nullptr || strcmp(info.kind, "PLUGIN CREATOR_V3ONE") != 0 || info.major != 1)
         {
             o << ", \"name\": \"\", \"version\": \"\", \"namespace\": \"\", \"fields\": []}";

@@ -266,6 +266,49 @@ def to_fp64(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+# -- the trouble families (tests/fuzz/trouble.py) -------------------------------------------
+
+
+def check_semantics(case) -> fusion.PassResult:
+    """Fusing a :class:`~tests.fuzz.trouble.TroubleCase` does not crash, and either nothing is
+    fused or the fused model is valid and computes what the original does on the case's feeds
+    and on fusion.verify's own default checks (DEFAULT_EXTRA_CHECKS)."""
+    from fusion.verify import verify  # noqa: PLC0415
+
+    model = case.model
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        _run(model.SerializeToString(), case.feeds[0])
+    except Exception as e:
+        raise GeneratorBug(f"the generated model is invalid: {e}") from e
+    before = model.SerializeToString()
+    result = fusion.run(model, target=case.target)
+    assert model.SerializeToString() == before, "fusing modified the input model"
+    if case.must_not_fuse:
+        assert not result.fusions, f"{case.what}: must not fuse\n{_explain(result)}"
+        return result
+    keep = case.extra.get("keep")
+    if keep:  # (random outputs: what must stay unfused is checked, not the values)
+        assert any(n.op_type == keep for n in result.model.graph.node), f"{case.what}: {keep} was fused\n{_explain(result)}"
+        onnx.checker.check_model(result.model, full_check=True)
+        return result
+    if not result.modified:
+        return result
+    onnx.checker.check_model(result.model, full_check=True)
+    assert not [w for w in result.warnings if "no ONNX function attached" in w], result.warnings
+    for label, kwargs in (("case feeds", {"inputs": case.feeds, "extra_checks": False}), ("verify", {"extra_checks": True})):
+        try:
+            rep = verify(model, result.model, **kwargs)
+        except fusion.FusionError as e:  # (made inputs the original cannot run: nothing to compare)
+            if label == "verify":
+                continue
+            raise
+        if label == "case feeds" and rep.skipped:
+            raise GeneratorBug(f"{case.family}: the original fails on a feed: {rep.skipped[0]}")
+        assert rep.passed, f"{case.family} ({case.what}), {label}:\n{rep.table()}\n{_explain(result)}"
+    return result
+
+
 # -- regressions --------------------------------------------------------------------------
 
 

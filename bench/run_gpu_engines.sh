@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Whole-model engines on the GPU machine: export (python3: torch + transformers), then
+# bench/trt_engines.py on TensorRT 8.5 (the bundle from ../shared/trt/make-bundle.sh, unpacked
+# to /tmp/trt85, or its parts in /tmp/trt-parts).  One model per call:
+#   MODEL=bert [ENGINES=unfused,trt_ln,trt_ln_fc] [PLUGINS=/path/libfusion_plugins_trt8.so] \
+#   [PRECISION=fp32] [TUNE=1] bash bench/run_gpu_engines.sh
+# Results: bench/results/trt_engines.json (and $OUT/trt_engines.json when OUT is set); engines
+# and the timing cache stay in /tmp for the next call while the machine is warm.
+# TUNE=1 also runs `fuse --tune --target trt` on the model (timed: how long tuning takes).
+set -u
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-bert}
+BUNDLE=/tmp/trt85
+if [ ! -x $BUNDLE/py/bin/python3.10 ]; then
+    mkdir -p $BUNDLE && cat $(ls -v /tmp/trt-parts/part*) | xz -d -T0 | tar x -C $BUNDLE || { echo "no bundle"; exit 2; }
+fi
+# shellcheck disable=SC1091
+source $BUNDLE/env.sh
+export PY310_PATH=$PWD
+[ -e fusion/patterns ] || ln -s ../patterns fusion/patterns
+export FUSION_COMMIT=${FUSION_COMMIT:-unknown}
+export CUDA_CACHE_PATH=/tmp/trt85_cuda_cache CUDA_CACHE_MAXSIZE=4294967296
+ONNX=/tmp/trt_models/$MODEL.onnx
+[ -f "$ONNX" ] || python3 bench/trt_engines.py export --model "$MODEL" --out /tmp/trt_models || exit 2
+py310 bench/trt_engines.py run --model "$MODEL" --onnx "$ONNX" --precision "${PRECISION:-fp32}" \
+    ${ENGINES:+--engines $ENGINES} ${PLUGINS:+--plugins $PLUGINS}
+rc=$?
+if [ -n "${TUNE:-}" ]; then
+    case $MODEL in bert) PROF="batch=8 seq=128" ;; *) PROF="batch=8" ;; esac
+    t0=$SECONDS
+    py310 -m fusion fuse "$ONNX" -o /tmp/trt_models/$MODEL.tuned.onnx --tune \
+        --target "${TUNE_TARGET:-trt}" --profile $PROF --tactic-sources CUBLAS,CUBLAS_LT \
+        --timing-cache /tmp/trt_engines_timing.cache --precision "${PRECISION:-fp32}" ${PLUGINS:+--plugins $PLUGINS} \
+        > /tmp/trt_models/$MODEL.tune.txt 2>&1
+    echo "tuning wall $((SECONDS - t0)) s" >> /tmp/trt_models/$MODEL.tune.txt
+    tail -n 30 /tmp/trt_models/$MODEL.tune.txt
+fi
+[ -n "${OUT:-}" ] && cp bench/results/trt_engines.json /tmp/trt_models/*.tune.txt "$OUT"/ 2>/dev/null
+exit $rc

@@ -1,0 +1,364 @@
+"""Whole transformers on TensorRT, unfused vs fused: engine build time, latency, accuracy.
+
+Two steps, on the GPU machine:
+
+    python3 bench/trt_engines.py export --model bert --out /tmp/trt_models     # torch + transformers
+    py310 bench/trt_engines.py run --model bert --onnx /tmp/trt_models/bert.onnx \\
+        [--plugins libfusion_plugins_trt8.so] [--engines unfused,trt_ln,trt_ln_fc] [--precision fp32]
+
+``export`` builds BERT-base (batch 8 x seq 128, input_ids only: no attention-mask input) or
+ViT-base (batch 8, 3x224x224) from its config with random weights (seed 0; no download) and
+exports it with torch's TorchScript exporter at opset 13, dims batch/seq dynamic.
+
+``run`` (TensorRT's Python: tensorrt, polygraphy, onnx, onnxruntime, numpy) does, for one model
+(one per invocation: each fits a 10-minute device call; BERT-base fp32 builds take 50-105 s):
+
+* ``unfused``: the exported model as is;
+* ``trt_ln`` / ``trt_ln_fc``: target ``trt`` (TensorRT's shipped plugins), LayerNorm only /
+  LayerNorm + FC (``CustomFCPluginDynamic``);
+* ``plugin_ln`` / ``plugin_ln_fc`` (only with ``--plugins``): target ``plugin`` (this
+  project's plugins), Layer/RMSNorm only / Layer/RMSNorm + FC;
+
+each built with tactic sources CUBLAS + CUBLAS_LT and one shared timing cache, timed with
+:mod:`fusion.trt_timing` (what ``verify --trt`` and ``fuse --tune`` use) paired with the
+unfused engine, taking turns, and checked against onnxruntime on the same inputs (the fused
+engine's outputs from the timed bindings).  Rows go to ``--out`` (default
+bench/results/trt_engines.json) after every engine, replacing earlier rows of the same
+model, engine and precision; engines are kept in ``--engine-dir`` so a later call reuses
+them (the unfused one above all) instead of building again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+LOG = logging.getLogger("trt_engines")
+RESULTS = REPO / "bench" / "results" / "trt_engines.json"
+ENGINE_DIR = "/tmp/trt_engines_cache"
+TIMING_CACHE = "/tmp/trt_engines_timing.cache"
+TACTICS = ["CUBLAS", "CUBLAS_LT"]
+
+# engine -> (target, passes); None: the unfused model
+ENGINES: dict[str, tuple[str, list[str]] | None] = {
+    "unfused": None,
+    "trt_ln": ("trt", ["layernorm"]),
+    "trt_ln_fc": ("trt", ["layernorm", "gemm"]),
+    "plugin_ln": ("plugin", ["layernorm", "rmsnorm"]),
+    "plugin_ln_fc": ("plugin", ["layernorm", "rmsnorm", "gemm"]),
+}
+NEEDS_PLUGINS = {"plugin_ln", "plugin_ln_fc"}
+MODELS = {
+    "bert": {"what": "BERT-base (12 layers, hidden 768), random weights", "batch": 8, "seq": 128},
+    "vit": {"what": "ViT-base/16 (12 layers, hidden 768, 197 tokens), random weights", "batch": 8, "image": 224},
+}
+
+
+# -- export (the GPU machine's python3: torch + transformers) -----------------------------------
+
+
+def export(model: str, out_dir: Path) -> Path:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    spec = MODELS[model]
+    if model == "bert":
+        cfg = transformers.BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                      intermediate_size=3072, vocab_size=30522, max_position_embeddings=512)  # fmt: skip
+        net = transformers.BertModel(cfg, add_pooling_layer=False)
+        example = torch.randint(0, cfg.vocab_size, (spec["batch"], spec["seq"]))
+        name, axes = "input_ids", {0: "batch", 1: "seq"}
+    else:
+        cfg = transformers.ViTConfig(image_size=spec["image"], patch_size=16, hidden_size=768, num_hidden_layers=12,
+                                     num_attention_heads=12, intermediate_size=3072)  # fmt: skip
+        net = transformers.ViTModel(cfg, add_pooling_layer=False)
+        example = torch.randn(spec["batch"], 3, spec["image"], spec["image"])
+        name, axes = "pixel_values", {0: "batch"}
+    try:  # the eager attention (matmul, softmax, matmul), which the TorchScript exporter writes out
+        net.config._attn_implementation = "eager"
+    except Exception:  # noqa: BLE001 - older/newer transformers: its default then
+        pass
+    net.eval()
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(**{name: x}).last_hidden_state
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{model}.onnx"
+    out_axes = {0: "batch", 1: "seq"} if model == "bert" else {0: "batch"}
+    with torch.no_grad():
+        torch.onnx.export(LastHidden(net), (example,), str(path), input_names=[name], output_names=["last_hidden_state"],
+                          dynamic_axes={name: axes, "last_hidden_state": out_axes}, opset_version=13,
+                          do_constant_folding=True, dynamo=False)  # fmt: skip
+    print(f"{path}: {path.stat().st_size / 1e6:.0f} MB ({spec['what']})")
+    return path
+
+
+# -- run (TensorRT's Python 3.10) ----------------------------------------------------------------
+
+
+def engines_to_run(names: list[str] | None, plugins: list[str]) -> tuple[list[str], list[str]]:
+    """-> (engines to run in order, notes on those skipped).  ``unfused`` always comes first:
+    every other engine is timed against it."""
+    wanted = names or list(ENGINES)
+    unknown = [n for n in wanted if n not in ENGINES]
+    if unknown:
+        raise SystemExit(f"unknown engine {unknown[0]!r} (choose from {', '.join(ENGINES)})")
+    notes = [f"{n}: skipped (needs --plugins, the TensorRT 8 build of this project's plugins)"
+             for n in wanted if n in NEEDS_PLUGINS and not plugins]  # fmt: skip
+    run = ["unfused"] + [n for n in wanted if n != "unfused" and not (n in NEEDS_PLUGINS and not plugins)]
+    return run, notes
+
+
+def profile_for(model: str, batch: int | None, seq: int | None) -> dict[str, Any]:
+    spec = MODELS[model]
+    b = batch or spec["batch"]
+    return {"batch": b, "seq": seq or spec["seq"]} if model == "bert" else {"batch": b}
+
+
+def make_feed(model: str, proto, profile: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if model == "bert":
+        return {"input_ids": rng.integers(0, 30522, (profile["batch"], profile["seq"])).astype(np.int64)}
+    size = MODELS["vit"]["image"]
+    return {"pixel_values": rng.standard_normal((profile["batch"], 3, size, size)).astype(np.float32)}
+
+
+def make_row(model: str, engine: str, precision: str, *, timing=None, unfused_timing=None, build_s=None,
+             max_abs_err=None, fused=None, plugin_layers=None, error: str | None = None,
+             meta: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One result row; the speed-up is the unfused engine's median over this engine's, both
+    from the same paired timing run."""
+    target = ENGINES[engine][0] if ENGINES[engine] else None
+    row: dict[str, Any] = {"model": model, "engine": engine, "target": target, "precision": precision,
+                           "passes": ENGINES[engine][1] if ENGINES[engine] else [], "fused": fused or {},
+                           "plugin_layers": plugin_layers, "build_s": _r(build_s, 2)}  # fmt: skip
+    if timing is not None:
+        row.update(median_ms=_r(timing.median_ms), p10_ms=_r(timing.p10_ms), p90_ms=_r(timing.p90_ms),
+                   launches=timing.launches, repeats=timing.repeats, api=timing.api)  # fmt: skip
+    if unfused_timing is not None and timing is not None:
+        row["unfused_ms"] = _r(unfused_timing.median_ms)
+        row["speedup"] = _r(unfused_timing.median_ms / timing.median_ms, 4)
+    if max_abs_err is not None:
+        row["max_abs_err"] = float(f"{max_abs_err:.3g}")
+    if error:
+        row["error"] = error
+    row.update(meta or {})
+    return row
+
+
+def _r(v, nd: int = 5):
+    return None if v is None else round(float(v), nd)
+
+
+def merge(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """The results file with ``rows`` replacing those of the same model, engine and precision."""
+    data = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    key = lambda r: (r["model"], r["engine"], r["precision"])  # noqa: E731
+    new = {key(r) for r in rows}
+    data["rows"] = [r for r in data.get("rows", []) if key(r) not in new] + rows
+    data["rows"].sort(key=lambda r: (r["model"], r["precision"], list(ENGINES).index(r["engine"])))
+    data["meta"] = meta
+    return data
+
+
+def write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'model':<6} {'engine':<13} {'prec':<5} {'build s':>8} {'median ms':>10} {'p10-p90':>15} {'speed-up':>9} {'max err':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        spread = f"{r['p10_ms']:.3f}-{r['p90_ms']:.3f}" if r.get("p10_ms") is not None else "-"
+        med = f"{r['median_ms']:.3f}" if r.get("median_ms") is not None else "-"
+        sp = f"{r['speedup']:.3f}x" if r.get("speedup") is not None else "-"
+        err = f"{r['max_abs_err']:.2g}" if r.get("max_abs_err") is not None else "-"
+        b = f"{r['build_s']:.1f}" if r.get("build_s") is not None else "-"
+        lines.append(f"{r['model']:<6} {r['engine']:<13} {r['precision']:<5} {b:>8} {med:>10} {spread:>15} {sp:>9} {err:>9}"
+                     + (f"  error: {r['error'][:80]}" if r.get("error") else ""))  # fmt: skip
+    return "\n".join(lines)
+
+
+def device_name() -> str:
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                           timeout=20)  # fmt: skip
+        return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def commit() -> str:
+    if os.environ.get("FUSION_COMMIT"):
+        return os.environ["FUSION_COMMIT"]
+    try:
+        r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _err(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return (f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__)[:400]
+
+
+class Engines:
+    """Builds (or reloads from ``engine_dir``) the engines of one model with one set of options."""
+
+    def __init__(self, profile, precision: str, plugins: list[str], timing_cache: str, engine_dir: str | None):
+        self.profile, self.precision, self.plugins = profile, precision, plugins
+        self.timing_cache, self.engine_dir = timing_cache, engine_dir
+
+    def get(self, proto, name: str):
+        from fusion import trt as ftrt
+        from fusion.trt import BuiltEngine, build_engine
+        from fusion.trt_profiles import derive_profiles, model_inputs
+
+        data = proto.SerializeToString()
+        key = hashlib.sha1(data).hexdigest()[:12]
+        tag = f"{name}_{self.precision}_{key}_{ftrt.trt_version()}"
+        path = Path(self.engine_dir) / f"{tag}.engine" if self.engine_dir else None
+        if path is not None and path.is_file() and path.with_suffix(".json").is_file():
+            ftrt.load_plugins(self.plugins)
+            info = json.loads(path.with_suffix(".json").read_text())
+            inputs = model_inputs(proto)
+            LOG.info("%s: engine reused from %s (built in %.1fs)", name, path, info["build_s"])
+            return BuiltEngine(path.read_bytes(), derive_profiles(inputs, self.profile), inputs, info["trt_version"],
+                               self.precision, build_s=info["build_s"], path=str(path)), info["plugin_layers"]  # fmt: skip
+        built = build_engine(data, shapes=self.profile, plugins=self.plugins, precision=self.precision,
+                             tactic_sources=TACTICS, timing_cache=self.timing_cache)  # fmt: skip
+        plugin_layers = len(built.plugin_layers)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(built.engine)
+            path.with_suffix(".json").write_text(json.dumps({"build_s": built.build_s, "trt_version": built.trt_version,
+                                                             "plugin_layers": plugin_layers}))  # fmt: skip
+        return built, plugin_layers
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from trt_verify import use_source_tree_patterns  # fusion.patterns from patterns/ in a checkout
+
+    use_source_tree_patterns()
+    import fusion
+    from fusion.trt import trt_version
+    from fusion.trt_timing import METHOD, time_engines
+
+    names, notes = engines_to_run(args.engines, args.plugins)
+    for n in notes:
+        LOG.warning("%s", n)
+    profile = profile_for(args.model, args.batch, args.seq)
+    meta = {"commit": commit(), "device": device_name(), "trt_version": trt_version(), "date": datetime.date.today().isoformat(),
+            "tactic_sources": TACTICS, "timing": METHOD.format(repeats=args.repeats) + "; each engine paired with the unfused one",
+            "accuracy": "max abs error vs onnxruntime (CPU, graph optimizations off) on the same inputs",
+            "models": {k: v["what"] for k, v in MODELS.items()}}  # fmt: skip
+    original = onnx.load(args.onnx)
+    feed = make_feed(args.model, original, profile)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    t0 = time.perf_counter()
+    reference = ort.InferenceSession(args.onnx, so, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    LOG.info("onnxruntime reference in %.1fs", time.perf_counter() - t0)
+    row_meta = {"shapes": {k: list(v.shape) for k, v in feed.items()}, "commit": meta["commit"], "device": meta["device"],
+                "trt_version": meta["trt_version"]}  # fmt: skip
+    engines = Engines(profile, args.precision, args.plugins, args.timing_cache, args.engine_dir)
+    rows: list[dict[str, Any]] = []
+    unfused = None
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            if ENGINES[name] is None:
+                proto, fused = original, {}
+            else:
+                target, passes = ENGINES[name]
+                result = fusion.run(original, passes, target=target)
+                proto, fused = result.model, result.counts()
+            built, plugin_layers = engines.get(proto, name)
+            pair = [built] if unfused is None else [unfused, built]
+            timings, outputs = time_engines(pair, [feed], repeats=args.repeats, fetch=True)
+            out = next(iter(outputs[-1][0].values()))
+            err = float(np.max(np.abs(out.astype(np.float64) - reference.astype(np.float64))))
+            if unfused is None:
+                unfused = built
+            row = make_row(args.model, name, args.precision, timing=timings[-1][0],
+                           unfused_timing=timings[0][0], build_s=built.build_s, max_abs_err=err, fused=fused,
+                           plugin_layers=plugin_layers, meta=row_meta)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - recorded per row
+            LOG.error("%s: %s\n%s", name, _err(e), traceback.format_exc(limit=5))
+            row = make_row(args.model, name, args.precision, error=_err(e), meta=row_meta)
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        write(args.out, merge(args.out, rows, meta))
+        if unfused is None:  # nothing to compare with
+            break
+        LOG.info("%s: %s", name, json.dumps({k: row.get(k) for k in ("build_s", "median_ms", "speedup", "max_abs_err")}))
+    print(table(rows))
+    for n in notes:
+        print(n)
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="export the model to ONNX (torch + transformers)")
+    e.add_argument("--model", choices=list(MODELS), required=True)
+    e.add_argument("--out", type=Path, default=Path("/tmp/trt_models"))
+    r = sub.add_parser("run", help="build, time and check the engines (TensorRT)")
+    r.add_argument("--model", choices=list(MODELS), required=True)
+    r.add_argument("--onnx", required=True, help="the exported model")
+    r.add_argument("--plugins", nargs="+", default=[], help="this project's TensorRT 8 plugin library")
+    r.add_argument("--engines", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+                   help=f"comma-separated subset of {','.join(ENGINES)} (unfused always runs)")  # fmt: skip
+    r.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    r.add_argument("--batch", type=int)
+    r.add_argument("--seq", type=int)
+    r.add_argument("--repeats", type=int, default=15)
+    r.add_argument("--timing-cache", default=TIMING_CACHE)
+    r.add_argument("--engine-dir", default=ENGINE_DIR, help="keep engines here and reuse them ('' to disable)")
+    r.add_argument("--out", type=Path, default=RESULTS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "export":
+        export(args.model, args.out)
+        return 0
+    sys.path.insert(0, str(REPO / "bench"))
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

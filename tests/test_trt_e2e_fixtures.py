@@ -1,0 +1,128 @@
+"""bench/trt_e2e_fixtures.py without a GPU: the selection, the int32 variant of the attention
+models, the rows, the arguments, and one run against the stand-in tensorrt (tests/trt_fake.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from bench import trt_e2e_fixtures as e2e
+from fusion import trt as ftrt
+from fusion.verify import verify
+from tests import trt_fake
+from tests.fixtures.catalog import fixture_path, load_manifest
+
+
+def test_one_model_per_family_and_precision_op13_first():
+    recs = e2e.select()
+    families = {r["family"] for r in load_manifest()}
+    assert len(recs) == 2 * len(families)
+    assert [r["dtype"] for r in recs] == ["fp32"] * len(families) + ["fp16"] * len(families)
+    for r in recs:
+        assert fixture_path(r).is_file()
+        if r["family"] == "rms_torch":  # torch cannot export aten::rms_norm at opset 13
+            assert (r["exporter"], r["opset"]) == ("dynamo", 18) and "rms_norm" in r["why"]
+        else:
+            assert (r["exporter"], r["opset"]) == ("legacy", 13) and "why" not in r
+
+
+def test_attention_models_run_as_int32_variants_that_compute_the_same():
+    notes = {r["file"]: e2e.source_model(r)[1] for r in e2e.select(["bert", "gpt2", "llama", "t5", "vit"])}
+    variants = {f for f, n in notes.items() if n and "bool Flatten" in n}
+    assert {f.split("_")[0] for f in variants} == {"bert", "gpt2", "llama", "t5"}
+    assert not notes["vit_legacy_op13_fp32.onnx"]
+    path = fixture_path("bert_legacy_op13_fp32.onnx")
+    model, n = e2e.int32_bool_moves(onnx.load(str(path)))
+    assert n >= 1 and e2e.has_bool_flatten(onnx.load(str(path))) and not e2e.has_bool_flatten(model)
+    onnx.checker.check_model(model)
+    rep = verify(str(path), model)
+    assert rep.passed and rep.max_abs == 0.0
+
+
+def test_a_model_without_bool_moves_is_left_alone():
+    model = onnx.load(str(fixture_path("vit_legacy_op13_fp32.onnx")))
+    same, n = e2e.int32_bool_moves(model)
+    assert n == 0 and len(same.graph.node) == len(model.graph.node)
+
+
+def _row():
+    rec = next(r for r in load_manifest() if r["file"] == "ln_module_legacy_op13_fp32.onnx")
+    return e2e.base_row(rec, None)
+
+
+def test_rows_pass_only_when_built_matched_verified_and_reloaded():
+    fused = {"FusedFC": 3, "FusedLayerNorm": 4}
+    res = {"built": True, "plugin_layer_counts": {"FusedLayerNorm": 4, "FusedFC": 3}, "max_abs_err": 1e-6,
+           "passed": True, "build_s": 1.5, "ms": 0.05}  # fmt: skip
+    row = e2e.apply_fused(_row(), fused, res)
+    assert row["plugin_layers_match"] and not row["pass"]  # not reloaded yet
+    e2e.apply_reload(row, {"passed": True, "max_abs_err": 1e-6})
+    assert row["pass"] and row["ratio"] is None
+    e2e.apply_unfused(row, {"built": True, "ms": 0.1, "build_s": 9.0, "passed": True})
+    assert row["ratio"] == 2.0 and row["unfused_build_s"] == 9.0
+    keys = {"family", "model", "precision", "fused_nodes", "plugin_layers", "max_abs_err", "pass", "reload_passed",
+            "fused_ms", "unfused_ms", "ratio", "build_s", "note"}  # fmt: skip
+    assert keys <= set(row)
+
+
+def test_rows_fail_on_a_missing_plugin_layer_or_a_foreign_one():
+    fused = {"FusedFC": 3, "FusedLayerNorm": 4}
+    ok = {"built": True, "passed": True, "ms": 0.05}
+    row = e2e.apply_fused(_row(), fused, dict(ok, plugin_layer_counts={"FusedLayerNorm": 4, "FusedFC": 2}))
+    e2e.apply_reload(row, {"passed": True})
+    assert not row["plugin_layers_match"] and not row["pass"]
+    row = e2e.apply_fused(_row(), fused, dict(ok, plugin_layer_counts={"FusedLayerNorm": 4, "FusedFC": 3, "LayerNorm": 1}))
+    e2e.apply_reload(row, {"passed": True})
+    assert row["other_plugin_layers"] == {"LayerNorm": 1} and not row["pass"]
+    row = e2e.apply_fused(_row(), fused, {"built": False, "error": "EngineBuildError: x"})
+    assert row["error"] and row["plugin_layers"] is None and not row["pass"]
+
+
+def test_arguments():
+    with pytest.raises(SystemExit):
+        e2e.parse_args([])
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--plugins", "x.so"])
+    a = e2e.parse_args(["--plugins", "x.so", "--out", "o.json", "--budget-s", "10", "--families", "bert"])
+    assert a.budget_s == 10 and a.families == "bert" and a.fused_budget_s == 200
+    assert e2e.parse_args(["--list"]).list
+
+
+def test_list_prints_the_selection(capsys):
+    assert e2e.main(["--list", "--families", "vit,rms_torch"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split()[2] for ln in out] == ["vit_legacy_op13_fp32.onnx", "rms_torch_dynamo_op18_fp32.onnx",
+                                             "vit_legacy_op13_fp16.onnx", "rms_torch_dynamo_op18_fp16.onnx"]  # fmt: skip
+
+
+@pytest.fixture
+def fake_trt(monkeypatch):
+    mod = trt_fake.make(plugin_ops=tuple(e2e.OUR_PLUGINS))
+    monkeypatch.setitem(sys.modules, "tensorrt", mod)
+    monkeypatch.setattr(ftrt, "_PLUGIN_LOGGER", None)
+    monkeypatch.setattr(ftrt, "_LOGGER_CLASS", None)
+    monkeypatch.setattr(ftrt, "_LOADED_PLUGINS", set())
+    return mod
+
+
+def test_run_against_the_stand_in_writes_rows(fake_trt, tmp_path):
+    """The fake builds (no engines run): plugin layers are counted per op, the failed checks are
+    rows, not a crash, and the negative family is a row that built nothing."""
+    lib = next(Path(np.__file__).parent.rglob("_multiarray_umath*.so"))  # any loadable library: the fake has no registry
+    out = tmp_path / "r.json"
+    rc = e2e.main(["--plugins", str(lib), "--out", str(out), "--families", "ln_module,vector_norm", "--limit", "2",
+                   "--reload-limit-s", "60"])  # fmt: skip
+    data = json.loads(out.read_text())
+    assert rc == 1 and data["meta"]["tactic_sources"] == "CUBLAS+CUBLAS_LT"
+    ln, vn = data["rows"]
+    assert ln["fused_nodes"] == {"FusedFC": 3, "FusedLayerNorm": 4} == ln["plugin_layers"]
+    assert ln["built"] and ln["plugin_layers_match"] and not ln["pass"] and ln["passed"] is False  # no engines
+    assert ln["reload_passed"] is None and "TensorRT is not installed" in ln["reload_error"]
+    assert ln["unfused_built"] and "unfused_note" not in ln
+    assert fake_trt.calls["tactics"] is not None
+    assert vn["built"] is None and "nothing fused" in vn["note"]
