@@ -460,3 +460,36 @@ def test_jnp_var_guard_that_can_pick_nan_is_not_fused():
     result = _fuse(model)
     assert "layernorm" not in result.counts(), result.fusions
     assert "which is not a positive constant" in _reasons(result), _reasons(result)
+
+
+def _dense_then_layernorm(last: int) -> onnx.ModelProto:
+    """tf2onnx's Dense: Reshape(MatMul(Reshape(x, [-1, K]), W), Cast(Concat(Shape(x)[:2], [last])))
+    then a LayerNorm with γ of H: γ's size is proven equal to the input's only if ``last`` is H."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", "S", H])
+    flat = g.op("Reshape", x, g.const(np.array([-1, H], np.int64)))
+    mm = g.op("MatMul", flat, g.const(np.random.default_rng(0).standard_normal((H, H)).astype(np.float32) * 0.2))
+    lead = g.op("Slice", g.op("Shape", x), g.const(np.array([0], np.int64)), g.const(np.array([2], np.int64)))
+    shape = g.op("Cast", g.op("Concat", g.op("Cast", lead, to=onnx.TensorProto.INT32),
+                              g.const(np.array([last], np.int32), dtype=np.int32), axis=0), to=onnx.TensorProto.INT64)
+    h = g.op("Reshape", mm, shape)
+    d = g.op("Sub", h, g.op("ReduceMean", h, axes=[-1]))
+    v = g.op("ReduceMean", g.op("Mul", d, d), axes=[-1])
+    y = g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-5))))
+    g.output(g.op("Mul", y, g.const(np.full(H, 1.5, np.float32))), FLOAT, ["B", "S", H])
+    return g.model()
+
+
+def test_layernorm_after_a_tf2onnx_dense_fuses():
+    model = _dense_then_layernorm(H)
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    _numbers(model, result)
+
+
+def test_layernorm_after_a_reshape_copying_its_last_dim_needs_its_size():
+    """A 0 in the target shape copies the input's dim: not a proof of the size (γ could broadcast)."""
+    model = _dense_then_layernorm(0)
+    result = _fuse(model)
+    assert "layernorm" not in result.counts(), result.fusions
+    assert "cannot prove they are equal" in _reasons(result), _reasons(result)
