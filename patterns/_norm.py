@@ -11,7 +11,7 @@ from onnx import helper
 from fusion import specs
 from fusion.ir import Node, Tensor
 from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH, producer
-from fusion.pattern import Const, Match, Op, Opt, Pattern, Var
+from fusion.pattern import Const, Match, Op, Pattern, Var
 from fusion.rewrite import Emitter, Reject
 from fusion.rules import Context
 
@@ -33,24 +33,6 @@ def _float_cast(node: Node) -> str | None:
 def cast(p: Pattern) -> Pattern:
     """``p``, optionally behind a float-to-float Cast (fp16 graphs upcast inside the chain)."""
     return Op("Cast", p, where=_float_cast, quiet=True) | p
-
-
-def reduce_mean(x: Pattern, name: str) -> Op:
-    """ReduceMean with axes as an attribute (opset < 18) or as a constant input (opset >= 18)."""
-    return Op("ReduceMean", x, Opt(Const()), name=name)
-
-
-def kept_mean(x: Pattern, name: str) -> Pattern:
-    """A mean that keeps the reduced dims: ReduceMean(keepdims=1), or keepdims=0 with the dims
-    put back by Reshape (+ Expand) or Unsqueeze, as the dynamo exporter writes torch.var."""
-    rm = reduce_mean(x, name)
-    restore = name + "_restore"
-    return (
-        rm
-        | Op("Expand", Op("Reshape", rm, Var(), name=restore + "_reshape"), Var(), name=restore)
-        | Op("Reshape", rm, Var(), name=restore)
-        | Op("Unsqueeze", rm, Opt(Const()), name=restore)
-    )
 
 
 def plus_eps(variance: Pattern) -> Pattern:

@@ -109,8 +109,8 @@ inv_std = alg.rsqrt(var_eps, std, "inverse")
 tf_scale = Op("Mul", cast(inv_std), cast(Const("gamma")), name="scale") | inv_std
 x_scaled = Op("Mul", cast(x), cast(tf_scale), name="x_scaled")
 mean_scaled = Op("Mul", cast(mean), cast(tf_scale), name="mean_scaled")
-# Keras 3 writes the offset as (−mean)·s + β.
-neg_mean_scaled = Op("Mul", Op("Neg", cast(mean), name="mean_neg"), cast(tf_scale), name="offset")
+# Keras 3 writes the offset as (−mean)·s + β; −(mean·s) + β is the same.
+neg_mean_scaled = alg.negated_product(cast(mean), cast(tf_scale), "offset")
 # One Add over the offset's spellings (not one Add per spelling: each would be tried at every Add).
 offset = (
     Op("Sub", cast(Const("beta")), mean_scaled, name="offset")

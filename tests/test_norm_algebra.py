@@ -493,3 +493,21 @@ def test_layernorm_after_a_reshape_copying_its_last_dim_needs_its_size():
     result = _fuse(model)
     assert "layernorm" not in result.counts(), result.fusions
     assert "cannot prove they are equal" in _reasons(result), _reasons(result)
+
+
+@pytest.mark.parametrize("offset", ["neg_mean_times_s", "neg_of_mean_times_s"])
+def test_keras_offset_forms_fuse(offset):
+    """Keras 3: x·s + ((−mean)·s + β); also x·s + (−(mean·s) + β); s = rsqrt(var + eps)·γ."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", "S", H])
+    m = g.op("GlobalAveragePool", x)
+    d = g.op("Sub", x, m)
+    s = g.op("Mul", g.op("Reciprocal", g.op("Sqrt", g.op("Add", g.op("GlobalAveragePool", g.op("Mul", d, d)), g.const(1e-3)))),
+             g.const(np.full(H, 1.2, np.float32)))
+    neg = g.op("Mul", g.op("Neg", m), s) if offset == "neg_mean_times_s" else g.op("Neg", g.op("Mul", m, s))
+    y = g.op("Add", g.op("Mul", x, s), g.op("Add", neg, g.const(np.full(H, 0.3, np.float32))))
+    g.output(y, FLOAT, ["B", "S", H])
+    model = g.model()
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    _numbers(model, result)
