@@ -74,7 +74,7 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
     needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
     restored = any(n + "_restore" in m or n + "_sum_restore" in m for n in reductions)
-    summed = any(m[n].op == "ReduceSum" for n in reductions if n in m)  # N is checked against x's dims
+    summed = any(m[n].op in ("ReduceSum", "ReduceSumSquare") for n in reductions if n in m)  # N is checked against x's dims
     shape = g.shape(x, infer=needs_rank or restored or summed)
     rank = None if shape is None else len(shape)
     if rank is None and any(m[n].op == "GlobalAveragePool" for n in reductions if n in m):

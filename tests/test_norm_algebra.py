@@ -511,3 +511,19 @@ def test_keras_offset_forms_fuse(offset):
     result = _fuse(model)
     assert result.counts() == {"layernorm": 1}, _reasons(result)
     _numbers(model, result)
+
+
+def test_jnp_var_after_an_unannotated_layer_fuses():
+    """The input's shape comes from inference (found by the fuzzer: a ReduceSumSquare variance
+    did not ask for it, so N could not be checked)."""
+    g = G(13)
+    x0 = g.input("x", FLOAT, ["B", "S", H])
+    x = g.op("Tanh", x0)  # no value_info: its shape is known only by inference
+    d = g.op("Sub", x, g.op("ReduceMean", x, axes=[-1], keepdims=1))
+    v = g.op("Div", g.op("ReduceSumSquare", d, axes=[-1], keepdims=1), g.const(float(H)))
+    y = g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-6))))
+    g.output(y, FLOAT, ["B", "S", H])
+    model = g.model(infer=False)
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    _numbers(model, result)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from hypothesis import strategies as st
 
 from .builder import FLOAT, FULL, NONE, NP, Container, Value
@@ -22,7 +23,8 @@ from .pieces import CONST, CORE, POST, Built, Leak, Role, _arith, _reduced
 class AlgebraNorm:
     kind: str = "layer"  # layer | rms
     mean: str = "sum_div"  # reduce_mean | sum_div | sum_mul | sum_count | gap
-    variance: str = "one_pass"  # layer: two_pass | one_pass | one_pass_relu | one_pass_bare
+    variance: str = "one_pass"  # layer: two_pass | one_pass | one_pass_relu | one_pass_bare | jnp_var
+    guard: bool = False  # jnp_var: behind Where(N − ddof > 0, ·, NaN), as jax2onnx writes jnp.var
     root: str = "pow_half"  # sqrt | pow_half
     inverse: str = "div"  # div | reciprocal | div_one | pow_neg
     center: str = "sub"  # layer: sub | add_neg
@@ -32,7 +34,7 @@ class AlgebraNorm:
     beta: str = "const"  # none | const (layer only)
     eps_value: float = 1e-5
     swap: bool = False
-    trap: str = "none"  # none | wrong_n | other_mean | pow_049 | times_n
+    trap: str = "none"  # none | wrong_n | other_mean | pow_049 | times_n | ddof1 (jnp_var)
     leak: Leak | None = None
 
     @property
@@ -46,7 +48,7 @@ class AlgebraNorm:
             return False  # the restore check compares the dims
         if self.mean == "gap" and (x.rank != 3 or x.known == NONE):
             return False
-        if self.mean in ("sum_div", "sum_mul") and x.known == NONE:
+        if (self.mean in ("sum_div", "sum_mul") or (self.kind == "layer" and self.variance == "jnp_var")) and x.known == NONE:
             return False  # N checked against the (unknown) shape
         return True
 
@@ -102,6 +104,18 @@ class AlgebraNorm:
                 d = role(c.op("Sub", x.name, mb), shape)
             if self.variance == "two_pass":
                 var = role(put_back(role(mean_of(role(c.op("Mul", d, d), shape)), red if keep else flat)), red)
+            elif self.variance == "jnp_var":  # ReduceSumSquare(d) put back, ÷ (N − ddof) computed
+                if c.opset >= 18:
+                    ss = c.op("ReduceSumSquare", d, c.ints([-1]), keepdims=keep)
+                else:
+                    ss = c.op("ReduceSumSquare", d, axes=[-1], keepdims=keep)
+                role(ss, red if keep else flat)
+                ddof = c.op("Cast", c.const(np.array(1 if self.trap == "ddof1" else 0, np.int64)), to=t)
+                n_t = c.op("Sub", c.scalar(float(width), t), ddof)
+                var = role(c.op("Div", role(put_back(ss), red), n_t), red)
+                if self.guard:
+                    nan = c.op("Expand", c.scalar(np.nan, t), c.op("Shape", var))
+                    var = role(c.op("Where", c.op("Greater", n_t, c.scalar(0.0, t)), var, nan), red)
             else:
                 ex2 = role(mean_of(role(c.op("Mul", x.name, x.name), shape)), red if keep else flat)
                 mm = m
@@ -161,19 +175,27 @@ def algebra_norms(draw, shape: tuple, dtype: int, opset: int, where: str, leak) 
     kind = draw(st.sampled_from(("layer", "rms")))
     means = ["sum_div", "sum_mul", "sum_count", "reduce_mean"] + (["gap"] if len(shape) == 3 and where == "main" else [])
     mean = draw(st.sampled_from(means))
-    variances = ["two_pass"] if dtype != FLOAT or kind == "rms" else ["one_pass", "one_pass_relu", "one_pass_bare", "two_pass"]
+    if kind == "rms":
+        variances = ["two_pass"]
+    elif dtype != FLOAT:  # (a one-pass variance cancels in half precision)
+        variances = ["two_pass", "jnp_var"]
+    else:
+        variances = ["one_pass", "one_pass_relu", "one_pass_bare", "jnp_var", "two_pass"]
     traps = ["none", "none", "none", "pow_049"]
     if mean in ("sum_div", "sum_mul"):
         traps.append("wrong_n")
     if mean.startswith("sum"):
         traps.append("times_n")
     variance = draw(st.sampled_from(variances))
-    if kind == "layer" and variance != "two_pass":
+    if kind == "layer" and variance.startswith("one_pass"):
         traps.append("other_mean")
+    if kind == "layer" and variance == "jnp_var":
+        traps.append("ddof1")
     return AlgebraNorm(
         kind=kind,
         mean=mean,
         variance=variance,
+        guard=variance == "jnp_var" and draw(st.booleans()),
         root=draw(st.sampled_from(("pow_half", "sqrt"))),
         inverse=draw(st.sampled_from(("div", "reciprocal", "div_one", "pow_neg"))),
         center=draw(st.sampled_from(("sub", "add_neg"))),
