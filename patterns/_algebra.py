@@ -2,13 +2,19 @@
 
 Exporters write a norm's statistics with whatever arithmetic their framework lowered to:
 
-* a mean as ReduceMean, or ReduceSum ÷ N, or ReduceSum × (1/N), N a constant or counted
-  from the input's shape (Shape → Gather → ReduceProd → Cast, or Size);
+* a mean as ReduceMean, GlobalAveragePool (tf2onnx), or ReduceSum ÷ N or × (1/N), N a
+  constant, folded from constants, or counted from the input's shape (Shape → Gather →
+  ReduceProd → Cast, or Size); a mean of squares also as ReduceSumSquare ÷ N (jnp.var);
 * the variance in two passes, E[(x − E[x])²], or in one, E[x²] − E[x]², perhaps clamped
-  by Max(·, 0) or Relu;
+  by Max(·, 0) or Relu; or behind jnp.var's Where(N − ddof > 0, ·, NaN);
 * √v as Sqrt(v) or Pow(v, 0.5); 1/√v as Reciprocal(√v), Div(1, √v) or Pow(v, −0.5);
-* x − m as Sub(x, m) or Add(x, Neg(m)); −(m·s) as Neg(m·s) or Neg(m)·s;
-* a reduced statistic (keepdims=0) put back as Reshape (+ Expand) or Unsqueeze.
+* x − m as Sub(x, m), Add(x, Neg(m)) or jax2onnx's exact Where(row constant, 0, x − m);
+  −(m·s) as Neg(m·s) or Neg(m)·s;
+* a reduced statistic (keepdims=0) put back as Reshape (+ Expand) or Unsqueeze, before or
+  after the division by N.
+
+:func:`rank_of` follows a tensor's rank where inference does not give it (GlobalAveragePool's
+axes depend on it).
 
 Options are ordered so that what matched before still matches first, and a failure that ties
 keeps the message it had: options whose root op types differ can only match different graphs,
