@@ -238,6 +238,26 @@ def check_means(g, m: Match, names, x: Tensor, xshape, axes: tuple[int, ...]) ->
                 raise Reject(f"Where {where.name!r}: cannot tell that its other branch does not grow the variance")
 
 
+# The ops the identities add whose constant operands broadcast into the result (the shared
+# rank check, patterns/_constants.py, covers Add/Sub/Mul/Div/Pow).
+_ALSO_BROADCASTING = frozenset({"Max", "Min", "Where", "Equal", "Greater", "And"})
+
+
+def check_constant_ranks(g, m: Match, rank: int | None) -> None:
+    """A one-element constant of higher rank than x still grows the result (Max(v, 0) with a
+    0 of shape [1, 1, 1, 1]); so does a folded N.  ``rank``: x's, or None if unknown (then
+    only ranks up to 1 are safe)."""
+    limit = 1 if rank is None else rank
+    for node in m.all_nodes:
+        if node.op not in _ALSO_BROADCASTING:
+            continue
+        for t in node.inputs:
+            shape = g.constant_shape(t) if t.name else None
+            if shape is not None and len(shape) > limit:
+                raise Reject(f"{node.op} {node.name!r}: constant {t.name!r} of shape {list(shape)} could grow the "
+                             f"output past the input's rank")
+
+
 def notes(m: Match) -> tuple[str, ...]:
     """What a fusion of ``m`` changes beyond rounding, for the fusion's record."""
     out = []
@@ -261,6 +281,9 @@ def _check_count(g, node: Node, scale: Node, n: Tensor, x: Tensor, xshape, axes)
     if value is None and fold(g, n) is not None:  # N − ddof computed from constants
         value = np.asarray(fold(g, n), dtype=helper_dtype(g, n))
     if value is not None:
+        n_rank = _fold_rank(g, n)
+        if xshape is not None and (n_rank is None or n_rank > len(xshape)):
+            raise Reject(f"{what}: N {n.name!r} has a higher rank than the input: it would grow the output")
         if value.size != 1 or onnx.helper.np_dtype_to_tensor_dtype(value.dtype) not in FLOAT_TYPES:
             raise Reject(f"{what} scales the sum of {node.name!r} by {n.name!r}, not a float scalar")
         if xshape is None:
@@ -468,6 +491,18 @@ def fold(g, t: Tensor, depth: int = 4) -> float | None:
             return None
         return float(_FOLD[node.op](a, b))
     return None
+
+
+def _fold_rank(g, t: Tensor, depth: int = 4) -> int | None:
+    """The highest rank among the constants ``t`` is folded from (None if not foldable)."""
+    shape = g.constant_shape(t)
+    if shape is not None:
+        return len(shape)
+    node = producer(t)
+    if node is None or depth == 0:
+        return None
+    ranks = [_fold_rank(g, i, depth - 1) for i in node.inputs[: 1 if node.op in ("Cast", "Identity") else 2]]
+    return None if not ranks or any(r is None for r in ranks) else max(ranks)
 
 
 def helper_dtype(g, t: Tensor):

@@ -122,6 +122,7 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
 def _check_algebra(m: Match, g, reductions, x: Tensor, shape, axes: tuple[int, ...]) -> tuple[str, ...]:
     """What the arithmetic identities (patterns/_algebra.py) need beyond structure."""
     _algebra.check_means(g, m, reductions, x, shape, axes)
+    _algebra.check_constant_ranks(g, m, None if shape is None else len(shape))
     if _algebra.one_pass(m):
         # Both at x's rank (kept, or a sum put back before ÷ N), or both reduced.
         k_mean, k_var = (int(m[n].attrs.get("keepdims", 1)) or n + "_sum_restore" in m for n in ("mean", "variance"))

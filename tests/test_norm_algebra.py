@@ -527,3 +527,22 @@ def test_jnp_var_after_an_unannotated_layer_fuses():
     result = _fuse(model)
     assert result.counts() == {"layernorm": 1}, _reasons(result)
     _numbers(model, result)
+
+
+@pytest.mark.parametrize("where", ["clamp", "n"])
+def test_a_one_element_constant_of_higher_rank_is_no_identity(where):
+    """Max(v, 0) with a 0 of shape [1, 1, 1, 1], or ÷ N of that shape, make the output rank 4."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", "S", H])
+    n = g.const(np.full((1, 1, 1, 1), float(H), np.float32)) if where == "n" else g.const(float(H))
+    zero = g.const(np.zeros((1, 1, 1, 1), np.float32)) if where == "clamp" else g.const(0.0)
+    m = g.op("ReduceMean", x, axes=[-1])
+    ex2 = g.op("Div", g.op("ReduceSum", g.op("Mul", x, x), g.const(np.array([-1], np.int64))), n)
+    v = g.op("Max", g.op("Sub", ex2, g.op("Mul", m, m)), zero)
+    y = g.op("Div", g.op("Sub", x, m), g.op("Sqrt", g.op("Add", v, g.const(1e-5))))
+    g.output(y, FLOAT, [1, "B", "S", H])
+    model = g.model()
+    result = _fuse(model)
+    assert result.counts() == {}, result.fusions
+    assert "grow the output" in _reasons(result), _reasons(result)
+    assert max_error(model, result.model, _x()) == 0.0
