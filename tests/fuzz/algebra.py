@@ -35,6 +35,10 @@ class AlgebraNorm:
     eps_value: float = 1e-5
     swap: bool = False
     trap: str = "none"  # none | wrong_n | other_mean | pow_049 | times_n | ddof1 (jnp_var)
+    # layer: TensorFlow's form x·s + offset, s = rsqrt(v + eps)(·γ); offset: "" (not this form) |
+    # sub (β − mean·s) | neg_mean_beta ((−mean)·s + β, Keras 3) | neg_prod_beta (−(mean·s) + β) |
+    # neg_mean ((−mean)·s) | neg_prod (−(mean·s))
+    tf_offset: str = ""
     leak: Leak | None = None
 
     @property
@@ -55,6 +59,9 @@ class AlgebraNorm:
     def count(self, x: Value, params: int = 2) -> int:
         if not self._fusable(x):
             return 0
+        if self.tf_offset:  # one match or none: γ and β are inside it
+            has_beta = self.tf_offset in ("sub", "neg_mean_beta", "neg_prod_beta")
+            return 0 if x.known == NONE and self.gamma == "none" and not has_beta else 1
         if x.known != NONE:
             return 1
         # Rank unknown: the normalized size must come from the γ/β the match takes.
@@ -98,7 +105,9 @@ class AlgebraNorm:
         if self.kind == "layer":
             m = role(mean_of(x.name), red if keep else flat)
             mb = role(put_back(m), red)
-            if self.center == "add_neg":
+            if self.tf_offset and self.variance.startswith("one_pass"):
+                d = None  # (the TF form centers nothing then: x·s and mean·s)
+            elif self.center == "add_neg":
                 d = role(_arith(c, "Add", x.name, role(c.op("Neg", mb), red), self.swap), shape)
             else:
                 d = role(c.op("Sub", x.name, mb), shape)
@@ -142,6 +151,8 @@ class AlgebraNorm:
         gamma = None
         if self.gamma == "const":
             gamma = role(c.const((rng.standard_normal(width) * 0.5 + 1).astype(NP[t]), hint="gamma"), (width,), CONST)
+        if self.tf_offset:
+            return self._tf_form(c, x, mb, ve, root, exponent, gamma, roles, role)
         folded = self.folded and gamma is not None and self.inverse != "div"
         if self.inverse == "div":
             y = c.op("Div", d, root())
@@ -170,6 +181,36 @@ class AlgebraNorm:
 
 
 
+    def _tf_form(self, c: Container, x: Value, mean: str, ve: str, root, exponent: float, gamma, roles, role) -> Built:
+        t, shape, width = x.dtype, x.shape, x.shape[-1]
+        red = _reduced(shape, [-1])
+        inv = {
+            "div": lambda: c.op("Reciprocal", root()),  # (a division has no s to share)
+            "reciprocal": lambda: c.op("Reciprocal", root()),
+            "div_one": lambda: c.op("Div", c.scalar(1.0, t), root()),
+            "pow_neg": lambda: c.op("Pow", ve, c.scalar(-exponent, t)),
+        }[self.inverse]()
+        s = role(inv, red)
+        sshape = red
+        if gamma is not None:
+            s, sshape = role(_arith(c, "Mul", s, gamma, self.swap), shape), shape
+        xs = role(_arith(c, "Mul", x.name, s, self.swap), shape)
+        beta = None
+        if self.tf_offset in ("neg_mean_beta", "neg_prod_beta", "sub"):
+            beta = role(c.const((c.mb.rng.standard_normal(width) * 0.2).astype(NP[t]), hint="beta"), (width,), CONST)
+        if self.tf_offset == "sub":  # β − mean·s
+            off = role(c.op("Sub", beta, role(_arith(c, "Mul", mean, s, self.swap), sshape)), shape)
+        else:
+            if self.tf_offset in ("neg_mean_beta", "neg_mean"):  # (−mean)·s
+                neg = role(_arith(c, "Mul", role(c.op("Neg", mean), red), s, self.swap), sshape)
+            else:  # −(mean·s)
+                neg = role(c.op("Neg", role(_arith(c, "Mul", mean, s, self.swap), sshape)), sshape)
+            off = neg if beta is None else role(_arith(c, "Add", neg, beta, self.swap), shape)
+        y = _arith(c, "Add", xs, off, self.swap)
+        roles.append(Role(Value(y, t, shape), POST))
+        return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles)
+
+
 @st.composite
 def algebra_norms(draw, shape: tuple, dtype: int, opset: int, where: str, leak) -> AlgebraNorm:
     kind = draw(st.sampled_from(("layer", "rms")))
@@ -191,7 +232,11 @@ def algebra_norms(draw, shape: tuple, dtype: int, opset: int, where: str, leak) 
         traps.append("other_mean")
     if kind == "layer" and variance == "jnp_var":
         traps.append("ddof1")
+    tf_offset = ""
+    if kind == "layer" and draw(st.integers(0, 3)) == 0:
+        tf_offset = draw(st.sampled_from(("neg_mean_beta", "neg_prod_beta", "sub", "neg_mean", "neg_prod")))
     return AlgebraNorm(
+        tf_offset=tf_offset,
         kind=kind,
         mean=mean,
         variance=variance,
