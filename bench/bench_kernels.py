@@ -6,7 +6,7 @@ unfused GEMM + bias + activation.
                                   [--harness plugin_build/fusion_harness] [--quick]
 
 The norm kernels run from the plugin's own sources through cupy.RawModule with the
-plugin's launch policy (fusion.plugin_lib.launch_norm); every implementation is timed the
+plugin's launch policy (fusion.plugins.library.launch_norm); every implementation is timed the
 same way: CUDA-graph replays of a batch of launches over rotated buffers (>= 256 MB per
 cycle, so L2 holds none of it), median of 5 timed batches.  The FC plugin is timed
 through its IPluginV3 enqueue by the C++ harness (plugin_src/tools/harness.cpp --bench,
@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fusion.plugin_lib import launch_norm, load_kernel_module, norm_launch_config  # noqa: E402
+from fusion.plugins.library import launch_norm, load_kernel_module, norm_launch_config  # noqa: E402
 
 LOG = logging.getLogger("bench_kernels")
 

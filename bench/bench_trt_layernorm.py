@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from fusion import specs
+from fusion.rewrite import specs
 
 LOG = logging.getLogger("bench_trt_layernorm")
 # bench/bench_kernels.py's GRID (rows x cols); TensorRT 8.5's LayerNorm takes fp32/fp16 only.
@@ -98,8 +98,8 @@ def _check(status: int, what: str) -> None:
 def bench_engine(built, params: dict[str, np.ndarray], dtype: str, cols: int, rows_list, repeats: int = 5) -> list[dict[str, Any]]:
     from polygraphy import cuda
 
-    from fusion.trt import import_trt, load_plugins, make_logger
-    from fusion.trt_run import CudaTimer
+    from fusion.trt.build import import_trt, load_plugins, make_logger
+    from fusion.trt.run import CudaTimer
 
     trt = import_trt()
     load_plugins()
@@ -184,7 +184,7 @@ def _check_output(y, chunk: np.ndarray, params: dict[str, np.ndarray], rows: int
 
 
 def build_point(dtype: str, cols: int, rows_list, opts: dict):
-    from fusion.trt import build_engine
+    from fusion.trt.build import build_engine
 
     model = ln_model(cols, dtype)
     lo, hi = min(rows_list), max(rows_list)
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("fusion").setLevel(logging.ERROR)
     grid = QUICK if args.quick else GRID
     opts = {"tactic_sources": []} if args.no_tactic_sources else {}
-    from fusion.trt import trt_version
+    from fusion.trt.build import trt_version
 
     sys.path.insert(0, str(REPO / "bench"))
     from trt_verify import device_name

@@ -5,7 +5,7 @@
 # ~8 minutes.  Exit status: non-zero if any stage failed.
 #
 # Locally, before sending the tree to the GPU machine (no GPU needed):
-#   python -m fusion.plugin_lib build -o plugin_build --harness
+#   python -m fusion.plugins.library build -o plugin_build --harness
 #   cp -r "$(python -c 'import importlib.util as u; print(u.find_spec("kernel_lens").submodule_search_locations[0])')/include/tensorrt" plugin_build/trt_include
 #   pip download --only-binary=:all: --python-version 3.12 --no-deps -d .whl pytest pluggy iniconfig packaging pygments
 # and carry plugin_build/ and .whl/: the carried build is reused when its stamp matches
@@ -32,7 +32,7 @@ for mod_pkg in onnx_graphsurgeon:onnx-graphsurgeon polygraphy:polygraphy ml_dtyp
     "$PY" -c "import ${mod_pkg%%:*}" 2>/dev/null ||
         "$PY" -m pip install -q --no-index --find-links .whl --no-deps --target $DEPS "${mod_pkg##*:}" >>"$OUT/pip.log" 2>&1
 done
-"$PY" -c "import fusion.plugin_lib" >>"$OUT/pip.log" 2>&1 || { log "cannot import fusion.plugin_lib:"; tail -3 "$OUT/pip.log" | tee -a "$OUT/run.log"; }
+"$PY" -c "import fusion.plugins.library" >>"$OUT/pip.log" 2>&1 || { log "cannot import fusion.plugins.library:"; tail -3 "$OUT/pip.log" | tee -a "$OUT/run.log"; }
 
 # cuBLASLt for the FC plugin (its own dlopen; LD_LIBRARY_PATH stays as torch expects it):
 # the nvidia-cublas wheel's copy, else the toolkit's, else whatever the loader finds.
@@ -50,12 +50,12 @@ log "cuBLASLt: ${CUBLASLT:-loader default}"
 
 LIBDIR=plugin_build
 [ -d plugin_build/trt_include ] && export TENSORRT_INCLUDE=$PWD/plugin_build/trt_include
-stage build 120 "$PY" -m fusion.plugin_lib build -o "$LIBDIR" --harness
-if ! stage check 30 "$PY" -m fusion.plugin_lib check "$LIBDIR/libfusion_plugins.so"; then
+stage build 120 "$PY" -m fusion.plugins.library build -o "$LIBDIR" --harness
+if ! stage check 30 "$PY" -m fusion.plugins.library check "$LIBDIR/libfusion_plugins.so"; then
     # A carried build that does not load here: rebuild from source on this machine.
     LIBDIR=plugin_build_device
-    stage build_device 240 "$PY" -m fusion.plugin_lib build -o "$LIBDIR" --harness
-    stage check_device 30 "$PY" -m fusion.plugin_lib check "$LIBDIR/libfusion_plugins.so"
+    stage build_device 240 "$PY" -m fusion.plugins.library build -o "$LIBDIR" --harness
+    stage check_device 30 "$PY" -m fusion.plugins.library check "$LIBDIR/libfusion_plugins.so"
 fi
 LIB=$LIBDIR/libfusion_plugins.so
 

@@ -314,7 +314,7 @@ def reload_all(jobs: list[dict], lib: str, timeout: float, work: Path) -> dict[s
 
 
 def reload_child(jobs_path: str, lib: str) -> int:
-    from fusion.trt import load_plugins
+    from fusion.trt.build import load_plugins
 
     load_plugins([lib])  # nothing else of ours is loaded in this process
     for j in json.loads(Path(jobs_path).read_text()):
@@ -330,7 +330,7 @@ def reload_child(jobs_path: str, lib: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion.trt import load_plugins, trt_version
+    from fusion.trt.build import load_plugins, trt_version
 
     lib = str(Path(args.plugins).resolve())
     load_plugins([lib])
@@ -406,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
 def cpu_check(recs: list[dict[str, Any]]) -> int:
     """Every selected model (or its variant) fuses for target plugin and runs on onnxruntime,
     and the variant computes what the fixture does."""
-    from fusion.verify import verify
+    from fusion.compare.verify import verify
 
     bad = 0
     for rec in recs:

@@ -20,7 +20,7 @@ exports it with torch's TorchScript exporter at opset 13, dims batch/seq dynamic
   project's plugins), Layer/RMSNorm only / Layer/RMSNorm + FC;
 
 each built with tactic sources CUBLAS + CUBLAS_LT and one shared timing cache, timed with
-:mod:`fusion.trt_timing` (what ``verify --trt`` and ``fuse --tune`` use) paired with the
+:mod:`fusion.trt.timing` (what ``verify --trt`` and ``fuse --tune`` use) paired with the
 unfused engine, taking turns, and checked against onnxruntime on the same inputs (the fused
 engine's outputs from the timed bindings).  Rows go to ``--out`` (default
 bench/results/trt_engines.json) after every engine, replacing earlier rows of the same
@@ -236,9 +236,9 @@ class Engines:
         self.timing_cache, self.engine_dir = timing_cache, engine_dir
 
     def get(self, proto, name: str):
-        from fusion import trt as ftrt
-        from fusion.trt import BuiltEngine, build_engine
-        from fusion.trt_profiles import derive_profiles, model_inputs
+        from fusion.trt import build as ftrt
+        from fusion.trt.build import BuiltEngine, build_engine
+        from fusion.trt.profiles import derive_profiles, model_inputs
 
         data = proto.SerializeToString()
         key = hashlib.sha1(data).hexdigest()[:12]
@@ -271,8 +271,8 @@ def run(args: argparse.Namespace) -> int:
 
     use_source_tree_patterns()
     import fusion
-    from fusion.trt import trt_version
-    from fusion.trt_timing import METHOD, time_engines
+    from fusion.trt.build import trt_version
+    from fusion.trt.timing import METHOD, time_engines
 
     names, notes = engines_to_run(args.engines, args.plugins)
     for n in notes:

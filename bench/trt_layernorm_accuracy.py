@@ -55,7 +55,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
-    from fusion.trt import build_engine, trt_version
+    from fusion.trt.build import build_engine, trt_version
     from trt_verify import device_name
 
     opts = {"tactic_sources": []} if args.no_tactic_sources else {}

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 import onnx
 
 import fusion
-from fusion.verify import verify
+from fusion.compare.verify import verify
 from tests.fixtures.catalog import fixture_path, load_manifest
 
 LOG = logging.getLogger("trt_verify")
@@ -113,9 +113,9 @@ def build_and_check(model: Any, original: Path, profiles: list, precision: str, 
                     references: str | None = None, keep: list | None = None) -> dict:
     """Build ``model``'s engine, verify it against ``original`` on onnxruntime, time it.
     ``keep``: a list the BuiltEngine is appended to (to serialize or reload it)."""
-    from fusion.trt import build_engine
-    from fusion.trt_run import corner_feeds, time_engine
-    from fusion.verify import _Model
+    from fusion.trt.build import build_engine
+    from fusion.trt.run import corner_feeds, time_engine
+    from fusion.compare.verify import _Model
 
     out: dict[str, Any] = {"built": False}
     t0 = time.perf_counter()
@@ -160,9 +160,9 @@ def build_and_check(model: Any, original: Path, profiles: list, precision: str, 
 
 
 def _corner_feeds(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    from fusion.trt_profiles import derive_profiles, model_inputs
-    from fusion.trt_run import corner_feeds
-    from fusion.verify import _Model
+    from fusion.trt.profiles import derive_profiles, model_inputs
+    from fusion.trt.run import corner_feeds
+    from fusion.compare.verify import _Model
 
     orig = _Model(str(fixture_path(rec)))
     return corner_feeds(orig, derive_profiles(model_inputs(orig.proto), profile_spec(rec)), 0)
@@ -192,8 +192,8 @@ def check_against_reference(model: Any, built, ref: Path) -> dict[str, Any]:
     """Compare the engine with stored onnxruntime outputs, as verify would (same tolerances)."""
     import numpy as np
 
-    from fusion.trt_run import FP16_TOLERANCE, ProfiledTrtRunner
-    from fusion.verify import TOLERANCES, _Model
+    from fusion.trt.run import FP16_TOLERANCE, ProfiledTrtRunner
+    from fusion.compare.verify import TOLERANCES, _Model
 
     data = np.load(ref)
     ks = sorted({int(k.split(":")[0][2:]) for k in data.files if k.startswith("in")})
@@ -287,7 +287,7 @@ def _nothing_fused_note(rec: dict[str, Any], path: Path | None = None) -> str:
 
 
 def run_onnx_target(rec, path, profiles, precision, opts, trt_ver, base, unfused, refs=None) -> dict[str, Any]:
-    from fusion.trt import trt_version
+    from fusion.trt.build import trt_version
 
     row = dict(base, target="onnx", built=None)
     try:
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "trt_verify.json"
-    from fusion.trt import trt_version
+    from fusion.trt.build import trt_version
 
     trt_ver = trt_version()
     opts: dict[str, Any] = {}

@@ -91,7 +91,7 @@ def main() -> int:
         export(args.export)
         return 0
     import trt_verify
-    from fusion.trt import trt_version
+    from fusion.trt.build import trt_version
 
     trt_verify.fixture_path = lambda rec: args.models / rec["file"]  # the rows' logic, our models
     opts = {"tactic_sources": []} if args.no_tactic_sources else {}

@@ -7,19 +7,20 @@
 
 from .api import fuse, fuse_file, fuse_gemm, fuse_layernorm, inspect, run, strip_functions
 from .errors import FusionError
-from .passes import Fusion, NearMiss, PassResult
-from .specs import SPECS
+from .passes.driver import Fusion, NearMiss, PassResult
+from .rewrite.specs import SPECS
 
-# Bound after the submodule import, so `fusion.verify` stays the function even once some
-# code has imported the module `fusion.verify` (polygraphy itself is imported lazily).
-from .verify import VerifyReport, verify  # noqa: E402
+# The function; its module is fusion.compare.verify (polygraphy itself is imported lazily).
+from .compare.verify import VerifyReport, verify  # noqa: E402
+
+from .deployment import DeployResult, deploy  # noqa: E402 - TensorRT itself is imported lazily
 
 __version__ = "0.1.0"
 
 
 def build_engine(*args, **kwargs):
-    """Build a TensorRT engine (profiles, plugins, precision); see :func:`fusion.trt.build_engine`."""
-    from .trt import build_engine as _build_engine
+    """Build a TensorRT engine (profiles, plugins, precision); see :func:`fusion.trt.build.build_engine`."""
+    from .trt.build import build_engine as _build_engine
 
     return _build_engine(*args, **kwargs)
 
@@ -38,7 +39,9 @@ __all__ = [
     "PassResult",
     "SPECS",
     "VerifyReport",
+    "DeployResult",
     "build_engine",
+    "deploy",
     "fuse",
     "fuse_file",
     "fuse_gemm",

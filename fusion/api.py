@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Sequence, Union
 
 import onnx
 import onnx_graphsurgeon as gs
 
-from . import defaults, model_io, passes, specs
-from .passes import PassResult
+from .passes import defaults
+from .ir import model_io
+from .rewrite import specs
+from .passes import driver  # `passes` is the keyword that names the passes
+from .errors import FusionError
+from .passes.driver import PassResult
 
 log = logging.getLogger(__name__)
 
@@ -21,15 +26,15 @@ NORM_PASSES = ("layernorm", "rmsnorm")
 
 def fuse(
     model: ModelLike,
-    passes_: Sequence[str] | None = None,
+    passes: Sequence[str] | None = None,
     *,
     target: str = "plugin",
     functions: bool = True,
     validate: bool = True,
     base_dir: str | None = None,
-    passes: Sequence[str] | None = None,
     inplace: bool = False,
     assume_constant_initializers: bool = False,
+    passes_: Sequence[str] | None = None,
 ) -> onnx.ModelProto | gs.Graph:
     """Fuse every supported pattern of the selected passes (default: all); returns the same kind it was given.
 
@@ -49,41 +54,43 @@ def fuse(
     (such chains are near-misses saying so).  True treats them as constants, as onnxruntime's
     remove_initializer_from_input tool does, and a fused model then no longer lists them as inputs.
     """
-    chosen = passes if passes is not None else passes_
     result = run(
-        model, chosen, target=target, functions=functions, validate=validate, base_dir=base_dir, inplace=inplace,
+        model, _renamed(passes, passes_, "passes_"), target=target, functions=functions, validate=validate, base_dir=base_dir, inplace=inplace,
         assume_constant_initializers=assume_constant_initializers,
     )
     return result.model
 
 
-def fuse_layernorm(model: ModelLike, *, target: str = "plugin", rms: bool = True, **kwargs) -> onnx.ModelProto | gs.Graph:
+def fuse_layernorm(
+    model: ModelLike, *, target: str = "plugin", rms: bool = True, passes: Sequence[str] | None = None, **kwargs
+) -> onnx.ModelProto | gs.Graph:
     """Fuse decomposed LayerNorm (and, unless ``rms=False``, RMSNorm) chains.  See :func:`fuse`."""
-    return fuse(model, passes=NORM_PASSES if rms else ("layernorm",), target=target, **kwargs)
+    return fuse(model, passes=_within(passes, NORM_PASSES if rms else ("layernorm",)), target=target, **kwargs)
 
 
-def fuse_gemm(model: ModelLike, *, target: str = "plugin", **kwargs) -> onnx.ModelProto | gs.Graph:
+def fuse_gemm(model: ModelLike, *, target: str = "plugin", passes: Sequence[str] | None = None, **kwargs) -> onnx.ModelProto | gs.Graph:
     """Fuse Gemm and MatMul+Add (+activation) into fully-connected nodes.  See :func:`fuse`."""
-    return fuse(model, passes=("gemm",), target=target, **kwargs)
+    return fuse(model, passes=_within(passes, ("gemm",)), target=target, **kwargs)
 
 
 def inspect(
     model: ModelLike,
-    passes_: Sequence[str] | None = None,
+    passes: Sequence[str] | None = None,
     *,
     target: str = "plugin",
     base_dir: str | None = None,
     assume_constant_initializers: bool = False,
+    passes_: Sequence[str] | None = None,
 ) -> PassResult:
     """Dry run: what would fuse, and for each near-miss the reason it does not."""
     return run(
-        model, passes_, target=target, dry_run=True, base_dir=base_dir, assume_constant_initializers=assume_constant_initializers
+        model, _renamed(passes, passes_, "passes_"), target=target, dry_run=True, base_dir=base_dir, assume_constant_initializers=assume_constant_initializers
     )
 
 
 def run(
     model: ModelLike,
-    pass_names: Sequence[str] | None = None,
+    passes: Sequence[str] | None = None,
     *,
     target: str = "plugin",
     functions: bool = True,
@@ -92,13 +99,14 @@ def run(
     base_dir: str | None = None,
     inplace: bool = False,
     assume_constant_initializers: bool = False,
+    pass_names: Sequence[str] | None = None,
 ) -> PassResult:
     """Fuse and return the full result (model, fusions, near-misses, warnings)."""
-    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
+    rules = defaults.rules_for(_renamed(passes, pass_names, "pass_names"), target)  # none named: the target's defaults
     frozen = assume_constant_initializers
     if isinstance(model, gs.Graph):
         proto = gs.export_onnx(model)
-        result = passes.run(
+        result = driver.run(
             proto, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run,
             assume_constant_initializers=frozen,
         )
@@ -108,12 +116,12 @@ def run(
             result.model = model
         return result
     if isinstance(model, onnx.ModelProto):
-        return passes.run(
+        return driver.run(
             model, rules, target, base_dir=base_dir, functions=functions, validate=validate, dry_run=dry_run, inplace=inplace,
             assume_constant_initializers=frozen,
         )
     loaded = model_io.load(model)
-    result = passes.run(
+    result = driver.run(
         loaded.proto, rules, target, base_dir=loaded.base_dir, functions=functions, validate=validate, dry_run=dry_run,
         inplace=True, assume_constant_initializers=frozen,
     )
@@ -125,20 +133,21 @@ def run(
 def fuse_file(
     src: str | os.PathLike,
     dst: str | os.PathLike,
-    pass_names: Sequence[str] | None = None,
+    passes: Sequence[str] | None = None,
     *,
     target: str = "plugin",
     functions: bool = True,
     validate: bool = True,
     assume_constant_initializers: bool = False,
+    pass_names: Sequence[str] | None = None,
 ) -> PassResult:
     """Fuse the model at ``src`` into ``dst``; weights stay on disk and stream to dst's data file.
 
     ``dst`` may be ``src``: the output is written to a temporary file and renamed over it.
     """
-    rules = defaults.rules_for(pass_names, target)  # none named: the target's defaults
+    rules = defaults.rules_for(_renamed(passes, pass_names, "pass_names"), target)  # none named: the target's defaults
     loaded = model_io.load(src)
-    result = passes.run(
+    result = driver.run(
         loaded.proto,
         rules,
         target,
@@ -163,3 +172,21 @@ def strip_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     del out.functions[:]
     out.functions.extend(keep)
     return out
+
+
+def _renamed(passes: Sequence[str] | None, old: Sequence[str] | None, old_name: str) -> Sequence[str] | None:
+    """``passes``, or the value given under its old keyword (deprecated; removed in the next release)."""
+    if old is None:
+        return passes
+    warnings.warn(f"{old_name}= is deprecated; use passes=", DeprecationWarning, stacklevel=3)
+    return passes if passes is not None else old
+
+
+def _within(passes: Sequence[str] | None, allowed: Sequence[str]) -> Sequence[str]:
+    """The passes a ``fuse_*`` helper runs: ``passes`` if given, which must be among its own."""
+    if passes is None:
+        return allowed
+    extra = [p for p in passes if p not in allowed]
+    if extra:
+        raise FusionError(f"pass {extra[0]!r} is not one of this function's ({', '.join(allowed)})")
+    return list(passes)

@@ -1,4 +1,4 @@
-"""The README's generated tables: plugins (from fusion.specs), pattern variants (from the
+"""The README's generated tables: plugins (from fusion.rewrite.specs), pattern variants (from the
 rules' ``variants``) and CLI commands (from the argument parser), so none can drift.
 
 Each table sits in the README between two markers::
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import specs
+from .rewrite import specs
 from .errors import FusionError
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def _synopsis(parser: argparse.ArgumentParser) -> str:
 
 def cli_table() -> str:
     """The subcommands, their arguments and one-line help, from the argument parser."""
-    from .cli import make_parser
+    from .cli.parser import make_parser
 
     def walk(parser: argparse.ArgumentParser, prefix: str) -> list[list[str]]:
         rows = []
@@ -133,9 +133,9 @@ def cli_table() -> str:
 
 
 SECTIONS: dict[str, tuple[Callable[[], str], str]] = {
-    "plugins": (plugin_table, "fusion/specs.py"),
+    "plugins": (plugin_table, "fusion/rewrite/specs.py"),
     "variants": (variant_table, "the `variants` of the rules in patterns/"),
-    "cli": (cli_table, "fusion/cli.py"),
+    "cli": (cli_table, "fusion/cli/parser.py"),
 }
 
 

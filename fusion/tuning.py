@@ -4,7 +4,7 @@
     print(record.text())
 
 A small greedy search, every step an engine build and a timing against the unfused engine
-(both engines timed together, taking turns; :mod:`fusion.trt_timing`), with one timing cache
+(both engines timed together, taking turns; :mod:`fusion.trt.timing`), with one timing cache
 shared by every build:
 
 1. what would fuse, per pass and per group of a pass (``gemm[act]``: FCs followed by an
@@ -35,11 +35,13 @@ from typing import Any
 
 import onnx
 
-from . import model_io, passes
+from .ir import model_io
+from .passes import driver  # `passes` is the keyword that names the passes
+from .api import _renamed
 from .errors import FusionError
-from .passes import PassResult
-from .rewrite import Reject
-from .rules import Rule
+from .passes.driver import PassResult
+from .rewrite.editor import Reject
+from .rewrite.rules import Rule
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +186,9 @@ class EngineBench:
     def __init__(self, original: onnx.ModelProto, *, profiles: Any, plugins: Sequence[str] = (), precision: str = "fp32",
                  tactic_sources: Any = None, timing_cache: str | None = None, workspace_mb: int | None = None,
                  repeats: int = 10, seed: int = 0, tmpdir: str | None = None):  # fmt: skip
-        from .trt_profiles import derive_profiles, model_inputs
-        from .trt_run import corner_feeds
-        from .verify import _Model
+        from .trt.profiles import derive_profiles, model_inputs
+        from .trt.run import corner_feeds
+        from .compare.verify import _Model
 
         self.original = original
         self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="fusion-tune-")
@@ -200,12 +202,12 @@ class EngineBench:
         self.unfused = None
 
     def labels(self) -> list[str]:
-        from .trt_timing import shape_labels
+        from .trt.timing import shape_labels
 
         return shape_labels(self.profiles, self.feeds, {n for p in self.profiles for n in p.shape_tensors})
 
     def _build(self, model: onnx.ModelProto, name: str):
-        from .trt import build_engine
+        from .trt.build import build_engine
 
         return build_engine(self._source(model, name), shapes=self.spec, **self.options)
 
@@ -218,14 +220,14 @@ class EngineBench:
 
     def baseline(self) -> tuple[float, list[Any]]:
         """Build the unfused engine; (build seconds, its timings)."""
-        from .trt_timing import time_engine
+        from .trt.timing import time_engine
 
         self.unfused = self._build(self.original, "unfused")
         return self.unfused.build_s, time_engine(self.unfused, self.feeds, repeats=self.repeats)
 
     def measure(self, model: onnx.ModelProto, name: str) -> tuple[float, list[Any], list[Any]]:
         """Build ``model``'s engine; (build seconds, the unfused engine's timings, its own)."""
-        from .trt_timing import time_engines
+        from .trt.timing import time_engines
 
         built = self._build(model, name)
         unfused, fused = time_engines([self.unfused, built], self.feeds, repeats=self.repeats)
@@ -250,7 +252,7 @@ def tune(
     *,
     target: str = "trt",
     profile: Any = None,
-    passes_: Sequence[str] | None = None,
+    passes: Sequence[str] | None = None,
     plugins: Sequence[str] = (),
     precision: str = "fp32",
     tactic_sources: Any = None,
@@ -262,10 +264,11 @@ def tune(
     functions: bool = True,
     validate: bool = True,
     base_dir: str | None = None,
+    passes_: Sequence[str] | None = None,
 ) -> TuneResult:
     """Fuse ``model`` (path or ModelProto) for ``target``, keeping only the passes and groups
     that make its TensorRT engine faster at the ``profile``'s min/opt/max shapes (see the
-    module doc).  ``passes_``: the passes to consider (default: all, whatever the target's
+    module doc).  ``passes``: the passes to consider (default: all, whatever the target's
     defaults).  Returns the fused model, the record, and the PassResult (``.tuning`` set)."""
     t0 = time.perf_counter()
     if target not in TUNE_TARGETS:
@@ -273,17 +276,17 @@ def tune(
     if profile is None:
         raise FusionError("tuning needs the shapes to time at: an optimization profile (--profile batch=1,8,32 seq=...)")
     proto, base_dir = _load(model, base_dir)
-    rules = passes.rules_for(passes_)
+    rules = driver.rules_for(_renamed(passes, passes_, "passes_"))
     bench = EngineBench(proto, profiles=profile, plugins=plugins, precision=precision, tactic_sources=tactic_sources,
                         timing_cache=timing_cache, workspace_mb=workspace_mb, repeats=repeats)  # fmt: skip
-    from .trt import trt_version
+    from .trt.build import trt_version
 
     rec = TuneRecord(target, precision, margin, trt_version=trt_version())
     labels = bench.labels()
 
     # 1. what would fuse, per unit
     probe = _rules(rules, {r.pass_name: ALL for r in rules})
-    passes.run(proto, probe, target, base_dir=base_dir, dry_run=True)
+    driver.run(proto, probe, target, base_dir=base_dir, dry_run=True)
     counts: dict[str, Counter[str]] = {}
     for r in probe:
         counts.setdefault(r.pass_name, Counter()).update(r.fused)
@@ -294,7 +297,7 @@ def tune(
             rec.measurements.append(Measurement(p, [p], decision="skipped", reason="nothing to fuse"))
 
     def fuse(config: Mapping[str, set[str] | None], reasons=None, final: bool = False) -> PassResult:
-        return passes.run(proto, _rules(rules, config, reasons), target, base_dir=base_dir, functions=functions,
+        return driver.run(proto, _rules(rules, config, reasons), target, base_dir=base_dir, functions=functions,
                           validate=validate and final)  # fmt: skip
 
     def measure(name: str, config: Mapping[str, set[str] | None]) -> Measurement:
@@ -416,41 +419,36 @@ def _load(model: Any, base_dir: str | None) -> tuple[onnx.ModelProto, str | None
 
 
 def add_cli_args(p) -> None:
+    """fuse's tuning group: the profile and engine options are the shared ones (fusion/options.py)."""
+    from . import options
+
     g = p.add_argument_group("tuning (fuse --tune: keep only the fusions that make the TensorRT engine faster)")
     g.add_argument("--tune", action="store_true", help="build and time engines; needs --target trt|plugin and --profile")
-    g.add_argument("--profile", nargs="+", action="append", metavar="RANGE",
-                   help="with --tune: the optimization profile to time at (input:MIN,OPT,MAX or dim=MIN,OPT,MAX)")
-    g.add_argument("--plugins", nargs="+", default=[], help="with --tune: plugin libraries to load")
-    g.add_argument("--precision", choices=("fp32", "tf32", "fp16"), default="fp32", help="with --tune (default fp32)")
-    g.add_argument("--timing-cache", metavar="FILE", help="with --tune: TensorRT timing cache shared by every build")
-    g.add_argument("--tactic-sources", metavar="SRC", help="with --tune: comma-separated TacticSource names "
-                   "(e.g. CUBLAS,CUBLAS_LT; 'none' for none; default: TensorRT's)")  # fmt: skip
+    options.add_profile_args(g, help_suffix=" (with --tune: the shapes to time the engines at)")
+    options.add_engine_args(g)
     g.add_argument("--tune-margin", type=float, default=MARGIN, help=f"noise margin (default {MARGIN})")
     g.add_argument("--tune-repeats", type=int, default=10, help="timing repetitions per shape (default 10)")
 
 
 def run_cli(args) -> int:
     """``fuse --tune``: tune, write the model, print the report (text or JSON)."""
-    from . import report
-    from .trt_profiles import parse_profile
+    from . import options
+    from .passes import text as report
 
     if not args.output:
         raise FusionError("fuse --tune needs -o OUTPUT")
     if not args.profile:
         raise FusionError("fuse --tune needs --profile (the shapes to time the engines at)")
-    tactics = None
-    if args.tactic_sources:
-        tactics = [] if args.tactic_sources.lower() == "none" else [s.strip() for s in args.tactic_sources.split(",") if s.strip()]
+    engine = options.engine_options(args)
     pass_names = [s.strip() for s in args.passes.split(",") if s.strip()] if args.passes else None
-    res = tune(args.model, target=args.target, profile=[parse_profile(p) for p in args.profile], passes_=pass_names,
-               plugins=args.plugins, precision=args.precision, tactic_sources=tactics, timing_cache=args.timing_cache,
+    res = tune(args.model, target=args.target, profile=options.profiles(args), passes=pass_names,
                margin=args.tune_margin, repeats=args.tune_repeats, functions=not args.no_functions,
-               validate=not args.no_validate)  # fmt: skip
+               validate=not args.no_validate, **engine)  # fmt: skip
     loaded_dir = os.path.dirname(os.path.abspath(args.model))
     model_io.save(res.model, args.output, source_dir=loaded_dir)
     print(report.to_json(res.result) if args.json else report.text(res.result))
     if getattr(args, "report", None):
-        from .html_report import write_report  # noqa: PLC0415
+        from .report.html import write_report  # noqa: PLC0415
 
         write_report(args.model, args.output, res.result, args.report)
     return 0

@@ -5,7 +5,7 @@ Shipped inside the package as ``fusion.patterns``.
 
 from __future__ import annotations
 
-from fusion.rules import Rule
+from fusion.rewrite.rules import Rule
 
 from . import gemm, layernorm, rmsnorm
 

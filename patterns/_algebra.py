@@ -30,10 +30,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from fusion.graph import FLOAT_TYPES, producer
-from fusion.ir import Node, Tensor
-from fusion.pattern import Alt, Const, Match, Op, Opt, Pattern, Var
-from fusion.rewrite import Reject
+from fusion.ir.graph import FLOAT_TYPES, producer
+from fusion.ir.view import Node, Tensor
+from fusion.match.pattern import Alt, Const, Match, Op, Opt, Pattern, Var
+from fusion.rewrite.editor import Reject
 
 # The ops a reduced mean is taken with (rules list them as their signature).
 REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "GlobalAveragePool"})

@@ -10,10 +10,10 @@ Two traps, both of which change what a model computes if ignored:
 
 from __future__ import annotations
 
-from fusion.graph import ModelGraph
-from fusion.ir import Node, Tensor
-from fusion.pattern import Match
-from fusion.rewrite import Reject
+from fusion.ir.graph import ModelGraph
+from fusion.ir.view import Node, Tensor
+from fusion.match.pattern import Match
+from fusion.rewrite.editor import Reject
 
 # Ops whose output has the rank of their widest operand (numpy broadcasting).
 BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})

@@ -27,8 +27,8 @@ import math
 import onnx
 from onnx import TensorProto, helper
 
-from fusion import functions, specs
-from fusion.functions import COMPUTE_TYPE, Body
+from fusion.rewrite import functions, specs
+from fusion.rewrite.functions import COMPUTE_TYPE, Body
 
 _INT = onnx.AttributeProto.INT
 _STRING = onnx.AttributeProto.STRING

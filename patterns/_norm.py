@@ -8,12 +8,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from fusion import specs
-from fusion.ir import Node, Tensor
-from fusion.graph import FLOAT_TYPES, FLOAT_WIDTH, producer
-from fusion.pattern import Const, Match, Op, Pattern, Var
-from fusion.rewrite import Emitter, Reject
-from fusion.rules import Context
+from fusion.rewrite import specs
+from fusion.ir.view import Node, Tensor
+from fusion.ir.graph import FLOAT_TYPES, FLOAT_WIDTH, producer
+from fusion.match.pattern import Const, Match, Op, Pattern, Var
+from fusion.rewrite.editor import Emitter, Reject
+from fusion.rewrite.rules import Context
 
 from . import _algebra
 from ._constants import check_constant_rank, check_overridable

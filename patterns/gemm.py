@@ -47,12 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from fusion import specs
-from fusion.graph import FLOAT_TYPES
-from fusion.ir import Node, Tensor
-from fusion.pattern import Const, Match, Op, Opt, Var
-from fusion.rewrite import Emitter, Reject
-from fusion.rules import Context, Rule
+from fusion.rewrite import specs
+from fusion.ir.graph import FLOAT_TYPES
+from fusion.ir.view import Node, Tensor
+from fusion.match.pattern import Const, Match, Op, Opt, Var
+from fusion.rewrite.editor import Emitter, Reject
+from fusion.rewrite.rules import Context, Rule
 
 from . import _fc_body
 from ._constants import check_constant_rank, check_overridable

@@ -14,8 +14,8 @@ x * (γ / sqrt(var + eps)) + (β - mean * (γ / sqrt(var + eps))).
 
 from __future__ import annotations
 
-from fusion.pattern import Const, Op, Var
-from fusion.rules import Rule
+from fusion.match.pattern import Const, Op, Var
+from fusion.rewrite.rules import Rule
 
 from . import _algebra as alg
 from ._norm import analyze, cast, emit, plus_eps

@@ -10,9 +10,9 @@ GlobalAveragePool) comes from the combinators of patterns/_algebra.py.
 
 from __future__ import annotations
 
-from fusion.graph import producer
-from fusion.pattern import Const, Op, Var
-from fusion.rules import Reject, Rule
+from fusion.ir.graph import producer
+from fusion.match.pattern import Const, Op, Var
+from fusion.rewrite.rules import Reject, Rule
 
 from . import _algebra as alg
 from ._norm import analyze, cast, emit, plus_eps

@@ -19,7 +19,7 @@ import onnx
 import pytest
 
 import fusion
-from fusion import model_io
+from fusion.ir import model_io
 from fusion.errors import (
     FusionError,
     InvalidGraphError,

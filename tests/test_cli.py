@@ -10,7 +10,7 @@ import sys
 import onnx
 import pytest
 
-from fusion.cli import main
+from fusion.cli.commands import main
 
 from .norm_models import LAYER, RMS, build
 

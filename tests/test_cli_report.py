@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from fusion import cli
+from fusion.cli import commands as cli
 
 from .norm_models import LAYER, build
 
@@ -154,8 +154,8 @@ def test_verify_extra_checks_option(tmp_path, capsys):
 
 
 def test_html_verify_table_names_each_check_and_the_fused_models_error(tmp_path):
-    from fusion import html_report
-    from fusion.verify import verify
+    from fusion.report import html as html_report
+    from fusion.compare.verify import verify
 
     model = tmp_path / "m.onnx"
     onnx.save(build(LAYER), str(model))

@@ -364,7 +364,7 @@ def test_same_keyword_on_every_entry_point():
 
 
 def test_cli_freeze_initializers(tmp_path):
-    from fusion.cli import main
+    from fusion.cli.commands import main
 
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(expose(norm_model(), ["eps"]), str(src))

@@ -1,4 +1,4 @@
-"""Target defaults chosen by measurement (fusion/defaults.py): the trt target leaves FC and
+"""Target defaults chosen by measurement (fusion/passes/defaults.py): the trt target leaves FC and
 LayerNorm fusion out unless the pass is named, saying why."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import numpy as np
 import onnxruntime as ort
 
 import fusion
-from fusion import cli, defaults
+from fusion.cli import commands as cli
+from fusion.passes import defaults
 
 REPO = Path(__file__).resolve().parent.parent
 BERT_TINY = str(REPO / "fusion/examples/bert_tiny.onnx")

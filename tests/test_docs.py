@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from fusion.patterns import RULES
 
-from fusion import cli, docs, specs
+from fusion.cli import commands as cli
+from fusion import docs
+from fusion.rewrite import specs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -96,7 +98,7 @@ def test_cli_examples_run(tmp_path, monkeypatch, capsys):
     for block in fenced(README.read_text(encoding="utf-8"), "sh"):
         for line in block.splitlines():
             cmd = line.split("#", 1)[0].strip()
-            needs_gpu = cmd.startswith("python -m fusion build ") or " --trt" in cmd
+            needs_gpu = cmd.startswith(("python -m fusion build ", "python -m fusion deploy ")) or " --trt" in cmd
             if not cmd.startswith("python -m fusion ") or " plugins " in f" {cmd} " or needs_gpu:
                 continue  # the set-up lines, the nvcc build and TensorRT are not run here
             args = shlex.split(cmd)[3:]

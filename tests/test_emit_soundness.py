@@ -16,7 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusion
-from fusion import functions, passes, specs
+from fusion.rewrite import functions, specs
+from fusion.passes import driver as passes
 
 from .builders import DOUBLE, FLOAT, FLOAT16, NP, G, count, reduce_mean, run
 from .norm_models import FP16_LLAMA, FP16_TORCH, LAYER, RMS, build, feeds

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusion
-from fusion.graph import node_lists
+from fusion.ir.graph import node_lists
 
 from .builders import DOUBLE, FLOAT, G, reduce_mean, run
 from .test_scopes import _ln_nodes
@@ -137,7 +137,7 @@ def test_fusing_without_function_bodies_inside_a_function_validates():
 
 @pytest.mark.parametrize("functions", [True, False])
 def test_cli_fuses_a_function_body_without_functions(tmp_path, functions):
-    from fusion.cli import main
+    from fusion.cli.commands import main
 
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(_function_model(), str(src))

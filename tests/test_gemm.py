@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import fusion
-from fusion import specs
-from fusion.verify import verify  # fusion.verify is the submodule once that is imported
+from fusion.rewrite import specs
+from fusion.compare.verify import verify  # fusion.verify is the submodule once that is imported
 
 from .builders import FLOAT, FLOAT16, NP, G, count, max_error, run
 
@@ -269,16 +269,16 @@ def test_missing_bias_becomes_zeros():
 
 
 def test_plugin_target_never_reads_the_weights(monkeypatch):
-    import fusion.graph
+    import fusion.ir.graph
 
     read: list[str] = []
-    real = fusion.graph.read_tensor
+    real = fusion.ir.graph.read_tensor
 
     def spy(p, base_dir):
         read.append(p.name)
         return real(p, base_dir)
 
-    monkeypatch.setattr(fusion.graph, "read_tensor", spy)
+    monkeypatch.setattr(fusion.ir.graph, "read_tensor", spy)
     fc = BASE.with_(k=64, n=96, w_transpose=True, act="erf_torch")
     model = build(fc)
     weights = {i.name for i in model.graph.initializer if len(i.dims) == 2}
@@ -595,7 +595,7 @@ def test_fuse_all_passes_and_cli(tmp_path):
     assert count(fusion.fuse(model), "FusedFC") == 1
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(model, str(src))
-    from fusion.cli import main
+    from fusion.cli.commands import main
 
     assert main(["fuse", str(src), "-o", str(dst), "--passes", "gemm"]) == 0
     fused = onnx.load(str(dst))

@@ -13,8 +13,8 @@ import onnx
 import pytest
 
 import fusion
-from fusion import specs
-from fusion.verify import verify  # fusion.verify is the submodule once that is imported
+from fusion.rewrite import specs
+from fusion.compare.verify import verify  # fusion.verify is the submodule once that is imported
 
 from .fixtures.catalog import MANIFEST_PATH, fixture_path, load_manifest, random_feeds
 

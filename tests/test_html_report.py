@@ -11,8 +11,9 @@ import onnx
 import pytest
 
 import fusion
-from fusion import cli, html_report
-from fusion.svg_graph import Box, layered_svg
+from fusion.cli import commands as cli
+from fusion.report import html as html_report
+from fusion.report.svg import Box, layered_svg
 
 from .builders import FLOAT
 from .norm_models import LAYER, build
@@ -101,7 +102,7 @@ def test_verify_failure_is_reported_not_raised(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no runtime here")
 
-    monkeypatch.setattr(importlib.import_module("fusion.verify"), "verify", broken)
+    monkeypatch.setattr(importlib.import_module("fusion.compare.verify"), "verify", broken)
     text = html_report.render_report(src, dst, result)
     assert "verification could not run: RuntimeError: no runtime here" in text
     assert len(sections(text)) == len(result.fusions)

@@ -19,8 +19,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusion
-from fusion.graph import ModelGraph
-from fusion.pattern import Const, Matcher, Op, Opt, Var
+from fusion.ir.graph import ModelGraph
+from fusion.match.pattern import Const, Matcher, Op, Opt, Var
 
 from .builders import FLOAT, G, count, max_error, reduce_mean
 

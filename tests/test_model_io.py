@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import fusion
-from fusion import model_io
+from fusion.ir import model_io
 from fusion.errors import InvalidGraphError, ModelLoadError, OutputError, UnsupportedModelError
 
 from .builders import run
@@ -153,7 +153,7 @@ def test_accepts_a_path(tmp_path):
 def test_verify_stays_callable_after_its_module_is_imported():
     import importlib
 
-    importlib.import_module("fusion.verify")
+    importlib.import_module("fusion.compare.verify")
     assert callable(fusion.verify)
 
 

@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 import fusion
-from fusion import specs
+from fusion.rewrite import specs
 
 from .builders import count, max_error
 from .norm_models import DOUBLE, FLOAT, FLOAT16, FP16_LLAMA, FP16_TORCH, LAYER, RMS, Form, build, feeds
@@ -493,7 +493,7 @@ def test_restore_that_does_not_restore_is_refused():
 
 
 def test_a_broken_rewrite_is_caught_by_validation(monkeypatch):
-    from fusion.passes import InternalError
+    from fusion.passes.driver import InternalError
     from fusion.patterns import _norm
 
     real = _norm.emit

@@ -1,5 +1,5 @@
 """The plugin library on a CPU machine: generated spec header, build, contract check against
-fusion.specs (and that a wrong spec is caught), exports, launch policy, the C++ harness's
+fusion.rewrite.specs (and that a wrong spec is caught), exports, launch policy, the C++ harness's
 GPU-free steps, and NVRTC compatibility of the kernel sources.
 
 Needs nvcc (skipped without it), the TensorRT 10 headers (pip: kernel-lens) and cublasLt.h
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from fusion import plugin_lib as pl
+from fusion.plugins import library as pl
 from fusion.errors import PluginBuildError
-from fusion.specs import Field, FieldType, fusion_specs
+from fusion.rewrite.specs import Field, FieldType, fusion_specs
 
 HAVE_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").is_file()
 needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not found: the plugin library cannot be built here")
@@ -52,7 +52,7 @@ def built(tmp_path_factory) -> Path:
 
 def test_committed_spec_header_is_current():
     committed = (pl.plugin_src_dir() / pl.SPEC_HEADER_REL).read_text()
-    assert committed == pl.render_spec_header(), "run: python -m fusion.plugin_lib header"
+    assert committed == pl.render_spec_header(), "run: python -m fusion.plugins.library header"
 
 
 def test_spec_header_carries_every_field():
@@ -358,7 +358,7 @@ def test_tensorrt_header_version_is_read(tmp_path):
 
 
 def test_cli_refuses_mismatched_headers(tmp_path, capsys):
-    from fusion import cli
+    from fusion.cli import commands as cli
 
     inc = _fake_headers(tmp_path, 10, 3)
     rc = cli.main(["plugins", "build", "--trt", "8", "--tensorrt-include", str(inc), "-o", str(tmp_path / "o")])
@@ -379,6 +379,6 @@ def test_flavour_sources_are_disjoint_glue():
 
 def test_trt8_readme_table_is_current():
     text = (pl.plugin_src_dir() / "README.md").read_text()
-    assert pl._readme_with_table(text) == text, "run: python -m fusion.plugin_lib readme"
+    assert pl._readme_with_table(text) == text, "run: python -m fusion.plugins.library readme"
     for spec in fusion_specs():
         assert f"| `{spec.op_type}` | {spec.version} | `{spec.namespace}` |" in text

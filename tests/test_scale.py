@@ -2,7 +2,7 @@
 file, and an in-memory model too big for one protobuf is written with external data.
 
 Normal runs exercise those code paths at small scale by lowering the limit
-(``fusion.model_io.PROTOBUF_LIMIT``) and the copy chunk; the real > 2 GB model is a slow test
+(``fusion.ir.model_io.PROTOBUF_LIMIT``) and the copy chunk; the real > 2 GB model is a slow test
 (FUSION_SLOW_TESTS=1).  Peak memory and time at >= 4 GB: bench/bench_scale.py.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto
 
 import fusion
-from fusion import model_io
+from fusion.ir import model_io
 
 from .builders import run
 
@@ -101,7 +101,7 @@ def test_weights_are_not_read_to_fuse(tmp_path, small_limits, monkeypatch):
         return real_open(file, mode, *a, **kw)
 
     monkeypatch.setattr("builtins.open", spy)
-    from fusion import passes
+    from fusion.passes import driver as passes
 
     loaded = model_io.load(src / "model.onnx")
     result = passes.run(loaded.proto, passes.rules_for(None), base_dir=loaded.base_dir, validate=True, inplace=True)

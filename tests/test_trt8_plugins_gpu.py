@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 import fusion
-from fusion import plugin_lib as pl
+from fusion.plugins import library as pl
 
 pytestmark = [pytest.mark.trt, pytest.mark.gpu]
 
@@ -69,7 +69,7 @@ def models(tmp_path_factory) -> Path:
 
 def test_library_registers_its_creators_on_load(lib):
     creators = bench.load_plugins(lib)
-    assert creators == sorted(f"{s.op_type}/{s.version}/{s.namespace}" for s in fusion.specs.fusion_specs())
+    assert creators == sorted(f"{s.op_type}/{s.version}/{s.namespace}" for s in fusion.rewrite.specs.fusion_specs())
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -16,10 +16,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusion
-from fusion import cli, trt_run
-from fusion import trt as ftrt
+from fusion.cli import commands as cli
+from fusion.trt import run as trt_run
+from fusion.trt import build as ftrt
 from fusion.errors import EngineBuildError, VerifyError
-from fusion.trt_profiles import (
+from fusion.trt.profiles import (
     InputInfo,
     ProfileShapes,
     derive_profiles,
@@ -210,7 +211,7 @@ def test_build_without_tensorrt_says_so(no_trt, tmp_path):
 
 
 def test_verify_trt_without_tensorrt_says_so(no_trt, tmp_path):
-    from fusion.verify import verify
+    from fusion.compare.verify import verify
 
     path = _ln_model(tmp_path, op="Relu")  # an ordinary model: the error is TensorRT's absence
     with pytest.raises(EngineBuildError, match="TensorRT is not installed"):
@@ -235,7 +236,7 @@ def test_cli_verify_trt_without_tensorrt(no_trt, tmp_path, capsys):
 
 @pytest.fixture
 def fake_trt(monkeypatch):
-    """Install tests/trt_fake.py as ``tensorrt``; fusion.trt's caches are restored afterwards."""
+    """Install tests/trt_fake.py as ``tensorrt``; fusion.trt.build's caches are restored afterwards."""
 
     def install(**kw):
         mod = trt_fake.make(**kw)
@@ -245,6 +246,8 @@ def fake_trt(monkeypatch):
     monkeypatch.setattr(ftrt, "_PLUGIN_LOGGER", None)
     monkeypatch.setattr(ftrt, "_LOGGER_CLASS", None)
     monkeypatch.setattr(ftrt, "_LOADED_PLUGINS", set())
+    # The tactic sources' libraries (cuBLAS, cuDNN) count as present; tests of the probe call it themselves.
+    monkeypatch.setattr(ftrt, "_library_problem", lambda source, major: None)
     return install
 
 
@@ -409,7 +412,7 @@ def ort_as_trt(fake_trt, monkeypatch):
 
 
 def test_verify_trt_runs_min_opt_max_of_every_profile(ort_as_trt, tmp_path, monkeypatch):
-    from fusion.verify import verify
+    from fusion.compare.verify import verify
 
     path = _gather_model(tmp_path)
     monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
@@ -421,7 +424,7 @@ def test_verify_trt_runs_min_opt_max_of_every_profile(ort_as_trt, tmp_path, monk
 
 
 def test_verify_trt_default_profile_spans_the_verify_shapes(ort_as_trt, tmp_path, monkeypatch):
-    from fusion.verify import verify
+    from fusion.compare.verify import verify
 
     path = _gather_model(tmp_path)
     monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
@@ -432,7 +435,7 @@ def test_verify_trt_default_profile_spans_the_verify_shapes(ort_as_trt, tmp_path
 
 
 def test_verify_trt_shape_outside_every_profile_is_an_error(ort_as_trt, tmp_path, monkeypatch):
-    from fusion.verify import verify
+    from fusion.compare.verify import verify
 
     path = _gather_model(tmp_path)
     monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
@@ -442,7 +445,7 @@ def test_verify_trt_shape_outside_every_profile_is_an_error(ort_as_trt, tmp_path
 
 
 def test_fp16_engine_gets_fp16_tolerances(ort_as_trt, tmp_path, monkeypatch):
-    from fusion.verify import verify
+    from fusion.compare.verify import verify
 
     path = _gather_model(tmp_path)
     monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
@@ -520,9 +523,9 @@ def test_trt_verify_without_tensorrt_checks_onnxruntime(no_trt, tmp_path):
 
 
 def test_verify_trt_adds_engine_latency(ort_as_trt, tmp_path, monkeypatch):
-    from fusion import trt_timing
-    from fusion.trt_timing import LatencyReport, LatencyRow, Timing
-    from fusion.verify import verify
+    from fusion.trt import timing as trt_timing
+    from fusion.trt.timing import LatencyReport, LatencyRow, Timing
+    from fusion.compare.verify import verify
 
     path = _gather_model(tmp_path)
     monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
@@ -545,7 +548,7 @@ def test_verify_trt_adds_engine_latency(ort_as_trt, tmp_path, monkeypatch):
 def test_verify_trt_latency_that_cannot_run_is_reported(ort_as_trt, tmp_path, monkeypatch):
     """The stand-in engine cannot be timed: verify passes, the latency says why, and the
     original's engine is not built for nothing."""
-    from fusion.verify import verify
+    from fusion.compare.verify import verify
 
     path = _gather_model(tmp_path)
     monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
@@ -556,7 +559,7 @@ def test_verify_trt_latency_that_cannot_run_is_reported(ort_as_trt, tmp_path, mo
 
 
 def test_cli_verify_no_latency(ort_as_trt, tmp_path, monkeypatch, capsys):
-    from fusion import trt_timing
+    from fusion.trt import timing as trt_timing
 
     path = _gather_model(tmp_path)
     monkeypatch.setattr(trt_run.ProfiledTrtRunner, "model_path", str(path), raising=False)
@@ -569,7 +572,7 @@ def test_trt_engines_bench_arguments_and_rows(tmp_path):
     sys.path.insert(0, str(REPO / "bench"))
     import trt_engines as te
 
-    from fusion.trt_timing import Timing
+    from fusion.trt.timing import Timing
 
     args = te.make_parser().parse_args(["run", "--model", "bert", "--onnx", "b.onnx", "--engines", "trt_ln,plugin_ln"])
     assert args.engines == ["trt_ln", "plugin_ln"] and args.precision == "fp32" and args.plugins == []

@@ -28,11 +28,11 @@ trt = pytest.importorskip("tensorrt", reason="TensorRT is not installed")
 if not _gpu():
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
-from fusion import cli
+from fusion.cli import commands as cli
 from fusion.errors import EngineBuildError, VerifyError
-from fusion.trt import build_engine
-from fusion.trt_run import setup_verify, time_engine
-from fusion.verify import _Model, verify
+from fusion.trt.build import build_engine
+from fusion.trt.run import setup_verify, time_engine
+from fusion.compare.verify import _Model, verify
 
 F = TensorProto.FLOAT
 D = 768  # the shipped LayerNorm plugin is fp32-exact at this width (not at 32: ~2e-3)

@@ -1,4 +1,4 @@
-"""Engine timing (fusion/trt_timing.py) on the CPU: a stand-in engine with both TensorRT APIs
+"""Engine timing (fusion/trt/timing.py) on the CPU: a stand-in engine with both TensorRT APIs
 (binding arrays for 8.x, tensor addresses for 10), a stand-in polygraphy.cuda and CUDA timer."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusion
-from fusion import trt as ftrt
-from fusion import trt_timing
-from fusion.trt import BuiltEngine
-from fusion.trt_profiles import InputInfo, derive_profiles
-from fusion.trt_timing import LatencyReport, LatencyRow, Timing, summarize
+from fusion.trt import build as ftrt
+from fusion.trt import timing as trt_timing
+from fusion.trt.build import BuiltEngine
+from fusion.trt.profiles import InputInfo, derive_profiles
+from fusion.trt.timing import LatencyReport, LatencyRow, Timing, summarize
 from tests import trt_fake
 
 D = 16
@@ -282,8 +282,8 @@ def test_verify_latency_reports_instead_of_raising(fake_gpu, tmp_path):
 
 
 def test_html_report_shows_the_latency_section():
-    from fusion.html_report import _verify_section
-    from fusion.verify import OutputCheck, VerifyReport
+    from fusion.report.html import _verify_section
+    from fusion.compare.verify import OutputCheck, VerifyReport
 
     t = Timing(4.0, 3.9, 4.1, 3.9, 4.2, 5, 15, "execute_async_v2")
     check = VerifyReport("trt", [{"x": [4, 16]}], [OutputCheck(0, "y", "float", [4, 16], 0, 0, 0, 1e-4, 1e-3, True)])

@@ -11,9 +11,11 @@ import onnx
 import pytest
 
 import fusion
-from fusion import cli, report, tuning
+from fusion.cli import commands as cli
+from fusion.passes import text as report
+from fusion import tuning
 from fusion.errors import FusionError
-from fusion.trt_timing import Timing
+from fusion.trt.timing import Timing
 
 REPO = Path(__file__).resolve().parent.parent
 BERT_TINY = str(REPO / "fusion/examples/bert_tiny.onnx")  # 5 LayerNorms, 11 plain FCs, 2 FCs + GELU

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import fusion
-from fusion.verify import EXTRA_CHECKS, INITIALIZERS, LARGE_MEAN, RANDOM, ZERO_SIZE, verify
+from fusion.compare.verify import EXTRA_CHECKS, INITIALIZERS, LARGE_MEAN, RANDOM, ZERO_SIZE, verify
 
 from .norm_models import Form, build
 

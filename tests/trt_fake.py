@@ -21,8 +21,11 @@ class _Enum(enum.IntEnum):
     pass
 
 
+TACTIC_SOURCES_85 = ("CUBLAS", "CUBLAS_LT", "CUDNN", "EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+
+
 def make(version: str = "8.5.3.1", plugin_ops=("LayerNorm",), fail_ops=("NoSuchPlugin",), shape_tensors=(),
-         major_api: int | None = None) -> types.ModuleType:  # fmt: skip
+         major_api: int | None = None, tactic_sources=TACTIC_SOURCES_85) -> types.ModuleType:  # fmt: skip
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.calls = {"flags": set(), "cleared": set(), "tactics": None, "profiles": [], "plugin_libs": [], "verbosity": None}
@@ -42,7 +45,7 @@ def make(version: str = "8.5.3.1", plugin_ops=("LayerNorm",), fail_ops=("NoSuchP
     trt.ILogger = ILogger
     trt.NetworkDefinitionCreationFlag = _Enum("NetworkDefinitionCreationFlag", {"EXPLICIT_BATCH": 0})
     trt.BuilderFlag = _Enum("BuilderFlag", {"FP16": 0, "TF32": 7})
-    trt.TacticSource = _Enum("TacticSource", {"CUBLAS": 0, "CUBLAS_LT": 1, "CUDNN": 2})
+    trt.TacticSource = _Enum("TacticSource", {n: i for i, n in enumerate(tactic_sources)})
     trt.ProfilingVerbosity = _Enum("ProfilingVerbosity", {"LAYER_NAMES_ONLY": 0, "NONE": 1, "DETAILED": 2})
     trt.LayerType = _Enum("LayerType", {"CONVOLUTION": 0, "ELEMENTWISE": 1, "PLUGIN_V2": 2, "SHUFFLE": 3})
     trt.MemoryPoolType = _Enum("MemoryPoolType", {"WORKSPACE": 0})
@@ -216,6 +219,10 @@ def make(version: str = "8.5.3.1", plugin_ops=("LayerNorm",), fail_ops=("NoSuchP
             return Profile()
 
         def build_serialized_network(self, network, config):
+            if trt.calls.get("fail_build") == "cudnn":  # what a stub libcudnn makes of a build
+                self.logger.log(Severity.ERROR, "1: [convolutionRunner.cpp::execute::391] Error Code 1: Cudnn "
+                                "(CUDNN_STATUS_MAPPING_ERROR)")
+                return None
             if trt.calls.get("fail_build"):
                 self.logger.log(Severity.ERROR, "Could not find any implementation for node {ForeignNode[MatMul_3]}")
                 self.logger.log(Severity.ERROR, "[builder.cpp::buildSerializedNetwork::751] Error Code 2: Internal "

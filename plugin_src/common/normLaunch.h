@@ -30,7 +30,7 @@ struct NormPlan
 };
 
 // Kernel, grid and block for rows x cols.  vecOk: x, y, g, b are all 16-byte aligned.
-// Keep in sync with fusion/plugin_lib.py:norm_launch_config (a test compares the two).
+// Keep in sync with fusion/plugins/library.py:norm_launch_config (a test compares the two).
 NormPlan planNorm(NormOp op, ElemType type, int64_t rows, int64_t cols, bool vecOk);
 
 // y = norm(x) * g + b over each row of cols elements.  g and b may be null; RMSNorm

@@ -10,10 +10,10 @@ namespace fc = specs::fused_fc;
 
 // The spec's choices, in the order Activation enumerates them (the build fails if the
 // spec changes them: the glue must then learn the new activation).
-static_assert(fc::kNB_ACTIVATION_CHOICES == 4, "FusedFC activations changed in fusion/specs.py");
+static_assert(fc::kNB_ACTIVATION_CHOICES == 4, "FusedFC activations changed in fusion/rewrite/specs.py");
 static_assert(sameString(fc::kACTIVATION_CHOICES[0], "none") && sameString(fc::kACTIVATION_CHOICES[1], "relu")
         && sameString(fc::kACTIVATION_CHOICES[2], "gelu_erf") && sameString(fc::kACTIVATION_CHOICES[3], "gelu_tanh"),
-    "FusedFC activations changed in fusion/specs.py");
+    "FusedFC activations changed in fusion/rewrite/specs.py");
 static_assert(fc::kINPUT_X == 0 && fc::kINPUT_W == 1 && fc::kINPUT_B == 2, "unexpected FusedFC inputs");
 
 namespace

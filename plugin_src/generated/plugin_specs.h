@@ -1,6 +1,6 @@
-// Generated from fusion/specs.py by fusion/plugin_lib.py:render_spec_header. Do not edit:
+// Generated from fusion/rewrite/specs.py by fusion/plugins/library.py:render_spec_header. Do not edit:
 // build_library writes a fresh copy into the build folder; tests/test_plugins.py checks
-// that this committed copy is current (regenerate: python -m fusion.plugin_lib header).
+// that this committed copy is current (regenerate: python -m fusion.plugins.library header).
 #pragma once
 
 #include <cstdint>

@@ -5,8 +5,8 @@
 // name, version, namespace and fields; then creates each plugin from the given field
 // values and reports its core identity, capabilities, serialized fields, whether
 // serialize -> recreate round-trips and whether clone keeps the identity.  CPU only:
-// nothing here touches a GPU.  fusion/plugin_lib.py:check_library compares the output
-// with fusion/specs.py.
+// nothing here touches a GPU.  fusion/plugins/library.py:check_library compares the output
+// with fusion/rewrite/specs.py.
 #include "NvInferRuntime.h"
 #include "tools/describeJson.h"
 #include "tools/fieldValues.h"

@@ -7,7 +7,7 @@
 // in describe.cpp's JSON shape, what each registered creator exposes, creates each plugin
 // from the given field values and reports its kind (the top byte of getTensorRTVersion),
 // identity, formats, serialized fields, serialize -> deserializePlugin round trip and clone.
-// CPU only; fusion/plugin_lib.py:check_library compares the output with fusion/specs.py.
+// CPU only; fusion/plugins/library.py:check_library compares the output with fusion/rewrite/specs.py.
 #include "NvInferRuntime.h"
 #include "common/pluginUtils.h"
 #include "tools/describeJson.h"

@@ -14,7 +14,7 @@
 //  - IDimensionExpr / IExprBuilder are not pure interfaces: their inline methods call a
 //    virtual implementation object (mImpl) stored after the object's own vptr.
 //
-// fusion/plugin_lib.py adds build/include/NvInferRuntime.h, a one-line forward to this
+// fusion/plugins/library.py adds build/include/NvInferRuntime.h, a one-line forward to this
 // file, when no real headers are given: the glue always includes "NvInferRuntime.h".
 #pragma once
 

@@ -26,8 +26,8 @@ import onnx
 import onnxruntime as ort
 
 import fusion
-from fusion import specs
-from fusion.graph import node_lists
+from fusion.rewrite import specs
+from fusion.ir.graph import node_lists
 
 from .builder import DOUBLE, FLOAT, FLOAT16, Feed
 from .spec import Case
@@ -273,7 +273,7 @@ def check_semantics(case) -> fusion.PassResult:
     """Fusing a :class:`~tests.fuzz.trouble.TroubleCase` does not crash, and either nothing is
     fused or the fused model is valid and computes what the original does on the case's feeds
     and on fusion.verify's own default checks (DEFAULT_EXTRA_CHECKS)."""
-    from fusion.verify import verify  # noqa: PLC0415
+    from fusion.compare.verify import verify  # noqa: PLC0415
 
     model = case.model
     try:

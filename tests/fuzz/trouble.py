@@ -18,7 +18,7 @@ import onnx
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-from fusion import specs
+from fusion.rewrite import specs
 
 from .builder import BOOL, DOUBLE, FLOAT, NP, Container, ModelBuilder, Value
 

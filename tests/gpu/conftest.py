@@ -28,7 +28,7 @@ def cp():
 @pytest.fixture(scope="session")
 def kernels(cp):
     """The plugin kernel files compiled with cupy.RawModule, by name."""
-    from fusion.plugin_lib import load_kernel_module
+    from fusion.plugins.library import load_kernel_module
 
     mods = {name: load_kernel_module(name) for name in ("layernorm", "rmsnorm", "fc")}
     for m in mods.values():

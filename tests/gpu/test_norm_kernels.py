@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusion.plugin_lib import launch_norm, norm_launch_config
+from fusion.plugins.library import launch_norm, norm_launch_config
 
 pytestmark = pytest.mark.gpu
 

@@ -2,7 +2,7 @@
 
 A spec names the TensorRT plugin creator a node maps to (op_type, plugin_version,
 plugin_namespace), the node's ONNX domain, its inputs, outputs and fields.  The fusion
-passes emit nodes only through these specs (``fusion.graph.plugin_node``); the C++ creators in
+passes emit nodes only through these specs (``fusion.ir.graph.plugin_node``); the C++ creators in
 plugin_src/ are generated from / checked against these specs (``python -m fusion plugins
 check``), and the README's plugin table is rendered from them.
 

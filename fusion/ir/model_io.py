@@ -17,8 +17,8 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from .errors import InvalidGraphError, ModelLoadError, OutputError, UnsupportedModelError
-from . import ir
+from ..errors import InvalidGraphError, ModelLoadError, OutputError, UnsupportedModelError
+from . import view as ir
 from .graph import default_opset
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@
 model's engine (unless given one), makes the inputs (by default the min, opt and max shapes
 of every profile), checks that each fits a profile, and returns a polygraphy runner that
 picks the profile per input and feeds TensorRT the types it expects (TensorRT < 10 turns
-int64 inputs into int32).  Timing engines is in :mod:`fusion.trt_timing`.
+int64 inputs into int32).  Timing engines is in :mod:`fusion.trt.timing`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .errors import VerifyError
-from .trt_profiles import ProfileShapes, feed_key, find_profile, model_inputs
+from ..errors import VerifyError
+from .profiles import ProfileShapes, feed_key, find_profile, model_inputs
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +46,12 @@ def setup_verify(
     """-> (runner, feeds, atol, rtol) for verify's comparison.
 
     ``orig`` / ``fused``: verify's ``_Model`` objects.  ``profiles``: the engine's profiles
-    (see :mod:`fusion.trt_profiles`); without them one profile spans the verify inputs
+    (see :mod:`fusion.trt.profiles`); without them one profile spans the verify inputs
     (``inputs``/``shapes``, else every dynamic dim 1, 3, 8).  ``engine``: a
-    :class:`fusion.trt.BuiltEngine` of the fused model to use instead of building one.
+    :class:`fusion.trt.build.BuiltEngine` of the fused model to use instead of building one.
     """
-    from . import trt as trt_build
-    from .verify import make_feeds
+    from . import build as trt_build
+    from ..ir.feeds import make_feeds
 
     given = None
     if inputs is not None:
@@ -95,7 +95,7 @@ def span_profile(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray
 
 def corner_feeds(orig: Any, profiles: Sequence[ProfileShapes], seed: int) -> list[dict[str, np.ndarray]]:
     """Random inputs at the min, opt and max of every profile (duplicates dropped)."""
-    from .verify import make_feeds
+    from ..ir.feeds import make_feeds
 
     if not profiles:
         return make_feeds(orig, None, seed)
@@ -113,25 +113,6 @@ def corner_feeds(orig: Any, profiles: Sequence[ProfileShapes], seed: int) -> lis
                 seen.add(key)
                 feeds.append(feed)
     return feeds
-
-
-def check_in_profiles(profiles: Sequence[ProfileShapes], inputs, feed: Mapping[str, np.ndarray], shape_tensors,
-                      k: int) -> int | None:
-    """The profile that holds ``feed``; VerifyError naming the shapes and the profiles if none."""
-    key = feed_key(feed, shape_tensors)
-    if not profiles:  # a static engine: the model's own shapes
-        for info in inputs:
-            want = tuple(d for d in info.dims)
-            if info.name in key and not info.shape_tensor and key[info.name] != want:
-                raise VerifyError(f"shape point {k}: input {info.name!r} has shape {list(key[info.name])}; "
-                                  f"the engine is static {list(want)}")
-        return None
-    idx = find_profile(profiles, key)
-    if idx is None:
-        got = ", ".join(f"{n}={list(s)}" for n, s in key.items())
-        have = " | ".join(f"profile {i}: {p.describe()}" for i, p in enumerate(profiles))
-        raise VerifyError(f"shape point {k} ({got}) is outside every optimization profile of the engine ({have})")
-    return idx
 
 
 def _fp16_tolerances(orig: Any, value: Any, which: int) -> Any:
@@ -171,7 +152,7 @@ class ProfiledTrtRunner(_base_runner()):
         self.profile_used: list[int | None] = []
 
     def activate_impl(self) -> None:
-        from .trt import import_trt, load_plugins, make_logger
+        from .build import import_trt, load_plugins, make_logger
 
         trt = import_trt()
         load_plugins()  # TensorRT's own plugin creators, for deserializing
@@ -220,25 +201,16 @@ class ProfiledTrtRunner(_base_runner()):
         self.engine = None
 
 
-def _cast(name: str, arr: np.ndarray, want: np.dtype | None) -> np.ndarray:
-    if want is None or arr.dtype == want:
-        return arr
-    if np.issubdtype(arr.dtype, np.integer) and np.issubdtype(want, np.integer):
-        info = np.iinfo(want)
-        if arr.size and (arr.min() < info.min or arr.max() > info.max):
-            raise VerifyError(f"input {name!r} holds values outside {want} (TensorRT's type for it)")
-    return np.ascontiguousarray(arr.astype(want))
+# -- latency: fusion.trt.timing (one timing code for verify, tune and the benchmarks) ----------
 
-
-# -- latency: fusion.trt_timing (one timing code for verify, tune and the benchmarks) ----------
-
-from .trt_timing import CudaTimer  # noqa: E402,F401 - kept importable from here (bench scripts)
+from .timing import CudaTimer  # noqa: E402,F401 - kept importable from here (bench scripts)
+from .inputs import _cast, check_in_profiles
 
 
 def time_engine(built: Any, feed: Mapping[str, np.ndarray], *, repeats: int = 5, target_ms: float = 20.0,
                 warmup: int = 10) -> dict[str, Any]:
-    """Median ms per inference of ``built`` on ``feed`` (see :mod:`fusion.trt_timing`)."""
-    from .trt_timing import time_engine as _time
+    """Median ms per inference of ``built`` on ``feed`` (see :mod:`fusion.trt.timing`)."""
+    from .timing import time_engine as _time
 
     (t,) = _time(built, [feed], repeats=repeats, target_ms=target_ms)
     return {"ms": t.median_ms, "ms_min": t.min_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "iters": t.launches,

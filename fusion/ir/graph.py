@@ -1,6 +1,6 @@
 """The model as the passes see it: a graph view for matching, the protos for editing.
 
-Matching runs on a view with onnx-graphsurgeon's interface (fusion.ir: producers and
+Matching runs on a view with onnx-graphsurgeon's interface (fusion.ir.view: producers and
 consumers are one attribute away).  Rewrites are applied to the original ``ModelProto``
 instead of re-exporting a graph, so everything a pass does not touch (node order, doc strings,
 metadata, sparse or unused initializers, external-data references) comes out byte for byte as
@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import ir
-from .errors import ModelLoadError
+from . import view as ir
+from ..errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import VerifyError
+from ..errors import VerifyError
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class EngineSession:
     """A deserialized engine with one execution context per optimization profile."""
 
     def __init__(self, built: Any, api: str | None = None):
-        from .trt import import_trt, load_plugins, make_logger
+        from .build import import_trt, load_plugins, make_logger
 
         self.trt = trt = import_trt()
         load_plugins()  # TensorRT's own plugin creators (and any loaded before), to deserialize
@@ -161,7 +161,7 @@ class EngineSession:
         return self.contexts[profile]
 
     def bind(self, feed: Mapping[str, np.ndarray], stream) -> Bound:
-        from .trt_run import _cast, check_in_profiles
+        from .inputs import _cast, check_in_profiles
 
         profile = check_in_profiles(self.built.profiles, self.built.inputs, feed, self.shape_tensors, 0) or 0
         ctx = self.context(profile, stream)
@@ -385,7 +385,7 @@ class LatencyReport:
         return "\n".join(lines)
 
     def html(self) -> str:
-        """An HTML section for the report (fusion/html_report.py)."""
+        """An HTML section for the report (fusion/report/html.py)."""
         e = html.escape
         head = '<section id="latency"><h2>Engine latency</h2>'
         if not self.rows:
@@ -410,7 +410,7 @@ METHOD = ("median of {repeats} repetitions of back-to-back enqueues between CUDA
 def shape_labels(profiles: Sequence[Any], feeds: Sequence[Mapping[str, np.ndarray]], shape_tensors=()) -> list[str]:
     """'min' / 'opt' / 'max' (with the profile's index when there are several) where a feed sits
     at a profile's corner, else 'shape i'."""
-    from .trt_profiles import PROFILE_POINTS, feed_key
+    from .profiles import PROFILE_POINTS, feed_key
 
     labels = []
     for i, feed in enumerate(feeds):
@@ -456,7 +456,7 @@ def verify_latency(original_source: Any, fused_built: Any, feeds: Sequence[Mappi
     """What ``verify(..., backend="trt")`` adds: build the original's engine like the fused one
     (same profiles, precision, plugins, tactic sources, timing cache) and time both.  A failure
     here is reported, not raised: the accuracy check stands on its own."""
-    from .trt import build_engine
+    from .build import build_engine
 
     keep = ("plugins", "tactic_sources", "timing_cache", "workspace_mb")
     try:

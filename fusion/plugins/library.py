@@ -8,7 +8,7 @@ plugin_src/trt8/NvInfer8Abi.h).  Both share the kernels, launchers and the glue'
 each has its own thin interface layer.  The
 library links cudart statically and opens libcublasLt itself when an FC plugin is first
 configured, so it loads on machines without a GPU or cuBLAS.  The creators' names, versions,
-namespaces and fields come from ``fusion.specs`` through a generated header
+namespaces and fields come from ``fusion.rewrite.specs`` through a generated header
 (``plugin_src/generated/plugin_specs.h``, rewritten into the build folder at each build).
 
 ``check_library`` runs a small describe program: ``fusion_describe`` (tools/describe.cpp)
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fusion.errors import PluginBuildError
-from fusion.specs import FieldType, PluginSpec, fusion_specs
+from fusion.rewrite.specs import FieldType, PluginSpec, fusion_specs
 
 LOG = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LIB_NAME = "libfusion_plugins.so"
 DESCRIBE_NAME = "fusion_describe"
 HARNESS_NAME = "fusion_harness"
@@ -143,9 +143,9 @@ def render_spec_header(specs: Sequence[PluginSpec] | None = None) -> str:
     """The C++ header the creators include: every name, version, namespace and field."""
     specs = list(fusion_specs() if specs is None else specs)
     out = [
-        "// Generated from fusion/specs.py by fusion/plugin_lib.py:render_spec_header. Do not edit:",
+        "// Generated from fusion/rewrite/specs.py by fusion/plugins/library.py:render_spec_header. Do not edit:",
         "// build_library writes a fresh copy into the build folder; tests/test_plugins.py checks",
-        "// that this committed copy is current (regenerate: python -m fusion.plugin_lib header).",
+        "// that this committed copy is current (regenerate: python -m fusion.plugins.library header).",
         "#pragma once",
         "",
         "#include <cstdint>",
@@ -247,7 +247,7 @@ def render_trt8_table(specs: Sequence[PluginSpec] | None = None) -> str:
 
 def _readme_with_table(text: str) -> str:
     a, b = text.index(_README_BEGIN) + len(_README_BEGIN), text.index(_README_END)
-    return text[:a] + "\n<!-- generated from fusion/specs.py: python -m fusion.plugin_lib readme -->\n" + \
+    return text[:a] + "\n<!-- generated from fusion/rewrite/specs.py: python -m fusion.plugins.library readme -->\n" + \
         render_trt8_table() + "\n" + text[b:]  # fmt: skip
 
 
@@ -533,7 +533,7 @@ def _generated_includes(gen_inc: Path, header: str, tc: Toolchain) -> Path:
     (gen_inc / SPEC_HEADER_REL).write_text(header)
     forward = gen_inc / "NvInferRuntime.h"
     if tc.trt_include is None:
-        forward.write_text(f'// Written by fusion/plugin_lib.py: no real TensorRT 8 headers were given.\n'
+        forward.write_text(f'// Written by fusion/plugins/library.py: no real TensorRT 8 headers were given.\n'
                            f'#pragma once\n#include "{TRT8_ABI_HEADER}"\n')  # fmt: skip
     else:
         forward.unlink(missing_ok=True)
@@ -876,11 +876,11 @@ def library_norm_plan(
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fusion.plugin_lib header|build|check LIB`` (the CLI proper is fusion.cli)."""
+    """``python -m fusion.plugins.library header|build|check LIB`` (the CLI proper is fusion.cli.commands)."""
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m fusion.plugin_lib")
+    ap = argparse.ArgumentParser(prog="python -m fusion.plugins.library")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("header", help="rewrite plugin_src/generated/plugin_specs.h")
     sub.add_parser("readme", help="rewrite the TRT8 creator table in plugin_src/README.md")

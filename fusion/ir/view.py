@@ -45,7 +45,7 @@ class Tensor:
         self.outputs: list[Node] = []  # consumers, in this graph and in nested subgraphs
         self.const = const  # the TensorProto of an initializer
         # An initializer also listed as a graph input: that input's ValueInfoProto.  From IR 4
-        # on a caller may feed it, so its value is not a constant (fusion.graph decides).
+        # on a caller may feed it, so its value is not a constant (fusion.ir.graph decides).
         self.graph_input: onnx.ValueInfoProto | None = None
         self._info = info  # a ValueInfoProto, decoded on first use (most never are)
         self._dtype = dtype
@@ -96,7 +96,7 @@ class Node:
         self.domain = proto.domain
         self.index = index  # position in the container's node list
         self.graph = graph
-        self.scope = None  # set by fusion.graph.ModelGraph
+        self.scope = None  # set by fusion.ir.graph.ModelGraph
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
         self._attrs: dict | None = None

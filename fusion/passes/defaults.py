@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .rewrite import Reject
-from .rules import Rule
+from ..rewrite.editor import Reject
+from ..rewrite.rules import Rule
 
 # (target, pass) -> why it is off unless named.  One line per decision: change it here.
 OFF_BY_DEFAULT: dict[tuple[str, str], str] = {
@@ -70,7 +70,7 @@ class OffByDefault(Rule):
 def rules_for(pass_names: Sequence[str] | None, target: str) -> list[Rule]:
     """The rules to run: those of the named passes, or (none named) the target's defaults, with
     the passes it leaves out kept as reporters of what they would have fused."""
-    from .passes import rules_for as all_rules
+    from .driver import rules_for as all_rules
 
     rules = all_rules(pass_names)
     if pass_names is not None:

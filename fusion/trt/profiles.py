@@ -23,7 +23,7 @@ from typing import Any
 
 import onnx
 
-from .errors import EngineBuildError
+from ..errors import EngineBuildError
 
 Shape = tuple[int, ...]
 Dim = int | str | None  # static size, symbolic name, or unknown

@@ -1,12 +1,12 @@
 """A fusion rule is a pattern, a check and a rewrite.
 
-* ``pattern`` (fusion.pattern) finds the subgraph structurally;
+* ``pattern`` (fusion.match.pattern) finds the subgraph structurally;
 * ``check(match, ctx)`` reads constants, axes, shapes and types and returns a description of
   what the subgraph computes, or raises :class:`Reject` with the reason it is not fusable;
 * ``rewrite(desc, emitter, ctx)`` emits the replacement for ``ctx.target``, or raises Reject
   when that target cannot express it.
 
-The driver (fusion.passes) adds the safety rule common to all: no intermediate of the match
+The driver (fusion.passes.driver) adds the safety rule common to all: no intermediate of the match
 may be used outside it or be a graph output.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .graph import ModelGraph, Scope
-from .pattern import Alt, Match, Op, Opt, Pattern
-from .rewrite import Emitter, Reject
+from ..ir.graph import ModelGraph, Scope
+from ..match.pattern import Alt, Match, Op, Opt, Pattern
+from .editor import Emitter, Reject
 
 TARGETS = ("plugin", "trt", "onnx")
 

@@ -26,8 +26,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import functions, specs
-from .ir import Node
-from .graph import ModelGraph, Scope, default_opset, node_lists
+from ..ir.view import Node
+from ..ir.graph import ModelGraph, Scope, default_opset, node_lists
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .passes import PassResult
+if TYPE_CHECKING:  # annotations only: PassResult.__str__ imports this module
+    from .driver import PassResult
 
 
 def summary(result: PassResult, dry_run: bool = False) -> str:

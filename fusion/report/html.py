@@ -1,7 +1,7 @@
 """A self-contained HTML report of a fusion run: ``python -m fusion fuse ... --report r.html``.
 
 Per fusion: the matched subgraph of the original model and the node(s) that replaced it, each
-drawn as inline SVG (fusion.svg_graph), and the emitted nodes' attributes; then the
+drawn as inline SVG (fusion.report.svg), and the emitted nodes' attributes; then the
 near-misses with their reasons and the verification table (fusion.verify on the written
 model, or why it could not run).  One file, no scripts, no external CSS/fonts/images.
 """
@@ -24,11 +24,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import model_io, specs
-from .errors import OutputError
-from .graph import ModelGraph, node_lists
-from .passes import Fusion, PassResult
-from .svg_graph import Box, elide, layered_svg
+from ..ir import model_io
+from ..rewrite import specs
+from ..errors import OutputError
+from ..ir.graph import ModelGraph, node_lists
+from ..passes.driver import Fusion, PassResult
+from .svg import Box, elide, layered_svg
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +61,24 @@ def write_report(
     *,
     verify: bool = True,
     shown_as: str | os.PathLike | None = None,
+    check: Any = None,
+    sections: Sequence[str] = (),
+    fused_shown_as: str | os.PathLike | None = None,
 ) -> Path:
     """Write the HTML report of ``result`` (the fusion of ``model_path`` into ``fused_path``).
 
     ``fused_path`` None (a dry run) or ``verify=False``: the report says verification did not run.
     ``shown_as``: the original's name in the report when ``model_path`` is a copy of it (see
-    :func:`snapshot`).
+    :func:`snapshot`).  ``check``: a VerifyReport already made (e.g. on TensorRT), shown instead
+    of verifying on onnxruntime; ``sections``: more HTML sections, after the verification's;
+    ``fused_shown_as``: the fused model's name in the report (where it is written elsewhere first).
     """
     out = Path(report_path)
     if out.suffix.lower() not in (".html", ".htm"):
         log.warning("%s: the report is HTML whatever the file's suffix", out)
     check_report_path(out, [p for p in (model_path, fused_path, shown_as) if p is not None])
-    text = render_report(model_path, fused_path, result, verify=verify, shown_as=shown_as)
+    text = render_report(model_path, fused_path, result, verify=verify, shown_as=shown_as, check=check, sections=sections,
+                         fused_shown_as=fused_shown_as)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
@@ -152,17 +159,23 @@ def render_report(
     *,
     verify: bool = True,
     shown_as: str | os.PathLike | None = None,
+    check: Any = None,
+    sections: Sequence[str] = (),
+    fused_shown_as: str | os.PathLike | None = None,
 ) -> str:
-    """The report as one HTML string (``shown_as``: see :func:`write_report`)."""
+    """The report as one HTML string (``shown_as``, ``check``, ``sections``: see :func:`write_report`)."""
     original = onnx.load(os.fspath(model_path), load_external_data=False)
     fused = onnx.load(os.fspath(fused_path), load_external_data=False) if fused_path and result.modified else None
     index = _ModelIndex(original, fused)
-    check, why_not = _verify(model_path, fused_path, result, verify)
+    check, why_not = (check, "") if check is not None else _verify(model_path, fused_path, result, verify)
     if shown_as is not None:
         model_path = shown_as
+    if fused_shown_as is not None:
+        fused_path = fused_shown_as
 
     body = [_summary(model_path, fused_path, result, original, fused, check, why_not)]
     body.append(_verify_section(check, why_not))
+    body.extend(sections)
     body.append(_fusion_sections(result, index))
     body.append(_near_miss_section(result))
     if result.warnings:
@@ -375,7 +388,7 @@ def _verify(model_path, fused_path, result: PassResult, enabled: bool):
     if not result.modified:
         return None, "nothing was fused: the output is a copy of the input"
     try:
-        from .verify import verify
+        from ..compare.verify import verify
 
         return verify(model_path, fused_path), ""
     except Exception as e:  # noqa: BLE001 - the report says why instead of failing

@@ -20,15 +20,15 @@ from typing import Any
 
 import onnx
 
-from . import model_io
-from .errors import EngineBuildError
-from .trt_inspect import (
+from ..ir import model_io
+from ..errors import EngineBuildError
+from .inspect import (
     PluginLayer,
     engine_plugin_count,
     network_plugin_layers,
     parser_errors,
 )
-from .trt_profiles import InputInfo, ProfileShapes, derive_profiles, model_inputs
+from .profiles import InputInfo, ProfileShapes, derive_profiles, model_inputs
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +165,12 @@ def build_engine(
 ) -> BuiltEngine:
     """Build a TensorRT engine from an ONNX model (path, bytes or ModelProto).
 
-    ``shapes``: the optimization profile(s), see :mod:`fusion.trt_profiles` (a mapping of input or
+    ``shapes``: the optimization profile(s), see :mod:`fusion.trt.profiles` (a mapping of input or
     dim names to ranges, or a list of them).  ``plugins``: libraries loaded before parsing.
     ``precision``: "fp32" (TF32 off: fp32 means fp32), "tf32" or "fp16".  ``tactic_sources``:
     None keeps TensorRT's defaults; [] or 0 allows none (no cuBLAS/cuDNN tactics); else names
-    of ``trt.TacticSource`` members.  ``timing_cache``: a file read before and written after
+    of ``trt.TacticSource`` members (cublas, cublas_lt, cudnn, ...: see :func:`tactic_source_names`),
+    whose libraries are checked to load first (:func:`check_tactic_libraries`).  ``timing_cache``: a file read before and written after
     the build (speeds up building many similar engines).  ``out``: also write the engine there.
     """
     if precision not in PRECISIONS:
@@ -197,6 +198,9 @@ def build_engine(
     profiles = derive_profiles(inputs, shapes)
     config = builder.create_builder_config()
     _configure(trt, config, precision, tactic_sources, workspace_mb)
+    check_tactic_libraries(trt, _names(tactic_sources))
+    if tactic_sources is None:
+        _warn_default_libraries(trt, config)
     for prof in profiles:
         config.add_optimization_profile(_trt_profile(builder, network, prof))
     cache = _timing_cache(config, timing_cache)
@@ -205,7 +209,8 @@ def build_engine(
     if serialized is None:
         # The last error is a generic "Assertion engine != nullptr"; the first says which node and why.
         errors = [e for e in logger.errors() if "engine != nullptr" not in e] or logger.errors()
-        raise EngineBuildError("TensorRT could not build the engine" + (f": {errors[0]}" if errors else ""))
+        raise EngineBuildError("TensorRT could not build the engine" + (f": {errors[0]}" if errors else "")
+                               + library_hint(logger.errors(), _names(tactic_sources)))
     engine_bytes = bytes(serialized)
     if cache is not None and timing_cache:
         with open(timing_cache, "wb") as f:
@@ -226,6 +231,14 @@ def build_engine(
         built.path = os.fspath(out)
     log.info("built engine: %d layers, %d plugin layers, %.1fs", built.network_layers, len(plugin_layers), built.build_s)
     return built
+
+
+def _names(sources: Any) -> list[str] | None:
+    if sources is None or isinstance(sources, int):
+        return None
+    if isinstance(sources, str):
+        return [s.strip().lower() for s in sources.split(",") if s.strip() and s.strip().lower() != "none"]
+    return [str(s).lower() for s in sources]
 
 
 def _write(path: str | os.PathLike, data: bytes) -> None:
@@ -274,18 +287,152 @@ def _configure(trt, config, precision: str, tactic_sources, workspace_mb: int | 
             config.max_workspace_size = workspace_mb << 20
 
 
+def tactic_source_names(trt) -> list[str]:
+    """The tactic sources the installed TensorRT knows, lower case (cublas, cublas_lt, cudnn, ...)."""
+    members = getattr(trt.TacticSource, "__members__", None)
+    names = list(members) if members else [k for k in dir(trt.TacticSource) if k.isupper()]
+    return [n.lower() for n in names]
+
+
 def tactic_mask(trt, sources: Sequence[str] | int) -> int:
     """[] / 0 -> 0 (no tactic sources); names of trt.TacticSource members -> their bit mask."""
     if isinstance(sources, int):
         return sources
+    if isinstance(sources, str):
+        sources = [s for s in sources.split(",") if s.strip()] if sources.strip().lower() != "none" else []
     mask = 0
     for s in sources:
-        member = getattr(trt.TacticSource, str(s).upper(), None)
-        if member is None:
-            known = [k for k in dir(trt.TacticSource) if k.isupper()]
-            raise EngineBuildError(f"unknown tactic source {s!r} (TensorRT {trt.__version__} has {', '.join(known)})")
+        name = str(s).strip()
+        member = getattr(trt.TacticSource, name.upper(), None)
+        if member is None or name.startswith("_"):
+            known = ", ".join(tactic_source_names(trt))
+            raise EngineBuildError(f"unknown tactic source {name!r}: TensorRT {trt.__version__} has {known} (or none)")
         mask |= 1 << int(member)
     return mask
+
+
+# Tactic sources that call into a library TensorRT loads at build time: the sonames to try
+# (by TensorRT major version), and symbols every real build of the library exports.  A stub
+# (the TensorRT 8.5 bundle's libcudnn.so.8 exports only what libnvinfer_plugin links) lacks them.
+_TACTIC_LIBRARIES: dict[str, tuple[str, dict[int, tuple[str, ...]], tuple[str, ...]]] = {
+    "cublas": ("cuBLAS", {8: ("libcublas.so.11", "libcublas.so.12"), 10: ("libcublas.so.12", "libcublas.so.13")},
+               ("cublasGetProperty", "cublasGetCudartVersion")),
+    "cublas_lt": ("cuBLASLt", {8: ("libcublasLt.so.11", "libcublasLt.so.12"),
+                               10: ("libcublasLt.so.12", "libcublasLt.so.13")},
+                  ("cublasLtGetVersion", "cublasLtGetCudartVersion")),
+    "cudnn": ("cuDNN", {8: ("libcudnn.so.8",), 10: ("libcudnn.so.9", "libcudnn.so.8")},
+              ("cudnnGetVersion", "cudnnGetCudartVersion")),
+}  # fmt: skip
+
+
+def check_tactic_libraries(trt, sources: Sequence[str] | None) -> None:
+    """EngineBuildError naming the library when a requested tactic source's library cannot be
+    loaded here or is a stub (checked with ctypes, before a build that would fail on it later)."""
+    if not sources or isinstance(sources, int):
+        return
+    names = [str(s).strip().lower() for s in sources]
+    tactic_mask(trt, names)  # unknown names first
+    for name in names:
+        if name not in _TACTIC_LIBRARIES:
+            continue
+        problem = _library_problem(name, _major(trt))
+        if problem:
+            rest = [n for n in names if n != name]
+            hint = f"--tactic-sources {','.join(rest)}" if rest else "--tactic-sources none"
+            raise EngineBuildError(f"tactic source {name} needs {problem}: install it or leave {name} out ({hint})")
+
+
+def _library_problem(source: str, major: int) -> str | None:
+    """None when one of the source's libraries loads and exports its marker symbols; else why not."""
+    label, by_major, markers = _TACTIC_LIBRARIES[source]
+    sonames = by_major[10 if major >= 10 else 8]
+    why = []
+    for soname in sonames:
+        lib, error = _load_library(soname, source)
+        if lib is None:
+            why.append(f"{soname}: {error}")
+            continue
+        missing = [m for m in markers if not hasattr(lib, m)]
+        if not missing:
+            return None
+        why.append(f"{soname} ({_where(lib)}) is a stub: it lacks {missing[0]}")
+    return f"{label}, which is not usable here: " + "; ".join(why)
+
+
+_PIP_PACKAGES = {"cublas": "nvidia.cublas", "cublas_lt": "nvidia.cublas", "cudnn": "nvidia.cudnn"}
+
+
+def _load_library(soname: str, source: str):
+    """(library, None) or (None, why): by the loader's search path, then from NVIDIA's pip wheel
+    (nvidia-cublas-cu12 / nvidia-cudnn-cu12 keep theirs in site-packages/nvidia/*/lib)."""
+    try:
+        return ctypes.CDLL(soname), None
+    except OSError as e:
+        error = _short_dlerror(e, soname)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(_PIP_PACKAGES[source])
+    except (ImportError, ValueError):
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = os.path.join(folder, "lib", soname)
+        if os.path.exists(path):
+            try:
+                return ctypes.CDLL(path), None
+            except OSError as e:
+                return None, _short_dlerror(e, path)
+    return None, error
+
+
+def _warn_default_libraries(trt, config) -> None:
+    """TensorRT's default tactic sources are not checked (it may do without one), but a missing
+    or stub library among them is worth a warning: the build may fail on it much later."""
+    if not hasattr(config, "get_tactic_sources"):
+        return
+    mask = int(config.get_tactic_sources())
+    on = [n for n in tactic_source_names(trt)
+          if n in _TACTIC_LIBRARIES and mask >> int(getattr(trt.TacticSource, n.upper())) & 1]  # fmt: skip
+    for name in on:
+        problem = _library_problem(name, _major(trt))
+        if problem:
+            rest = ",".join(n for n in on if n != name) or "none"
+            log.warning("TensorRT's default tactic sources include %s, which needs %s; if the build fails, "
+                        "pass --tactic-sources %s", name, problem, rest)
+
+
+def _short_dlerror(e: OSError, soname: str) -> str:
+    text = str(e)
+    return "not found" if "cannot open shared object file" in text or not text else text.replace(f"{soname}: ", "")
+
+
+def _where(lib) -> str:
+    """The file a loaded library came from (the process's memory map), or its name."""
+    name = getattr(lib, "_name", "?")
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                path = line.split(maxsplit=5)[-1].strip() if line.count(" ") >= 5 else ""
+                if os.path.basename(path).startswith(os.path.basename(name)):
+                    return path
+    except OSError:
+        pass
+    return name
+
+
+_LIBRARY_WORDS = (("cublaslt", "cublas_lt", "cuBLASLt"), ("cublas_lt", "cublas_lt", "cuBLASLt"),
+                  ("cublas", "cublas", "cuBLAS"), ("cudnn", "cudnn", "cuDNN"))  # fmt: skip
+
+
+def library_hint(messages: Sequence[str], sources: Sequence[str] | None) -> str:
+    """When TensorRT's errors name a tactic library: which, and how to build without it."""
+    text = " ".join(messages).lower()
+    for word, source, label in _LIBRARY_WORDS:
+        if word in text:
+            rest = [s for s in (sources if sources is not None else ("cublas", "cublas_lt", "cudnn")) if s != source]
+            return (f" ({label} failed: the tactic source {source} needs a working {label} library; "
+                    f"build without it: --tactic-sources {','.join(rest) or 'none'})")  # fmt: skip
+    return ""
 
 
 def _trt_profile(builder, network, prof: ProfileShapes):

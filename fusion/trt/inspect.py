@@ -81,9 +81,8 @@ def _plugin_name(trt, layer) -> str:
 
 
 def _make_logger(trt):
-    from .trt import make_logger
-
-    return make_logger(trt)
+    # Not trt.build.make_logger: that module imports this one.  Its callers pass their logger.
+    return trt.Logger(trt.Logger.WARNING)
 
 
 def engine_plugin_count(trt, engine_bytes: bytes, logger=None) -> int | None:

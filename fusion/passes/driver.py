@@ -17,14 +17,14 @@ from typing import Callable, Iterable, Sequence
 
 import onnx
 
-from . import specs
-from .errors import FusionError
-from .ir import Node
-from .graph import ModelGraph, Scope, freeze_initializers, weightless
-from .model_io import check_graph, check_versions, external_tensors
-from .pattern import Failure, Match, Matcher
-from .rewrite import Editor, Emitter, Reject, topologically_sorted
-from .rules import TARGETS, Context, Rule
+from ..rewrite import specs
+from ..errors import FusionError
+from ..ir.view import Node
+from ..ir.graph import ModelGraph, Scope, freeze_initializers, weightless
+from ..ir.model_io import check_graph, check_versions, external_tensors
+from ..match.pattern import Failure, Match, Matcher
+from ..rewrite.editor import Editor, Emitter, Reject, topologically_sorted
+from ..rewrite.rules import TARGETS, Context, Rule
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class PassResult:
     dry_run: bool = False
 
     def __str__(self) -> str:
-        from .report import text  # noqa: PLC0415 - report imports this module
+        from .text import text  # noqa: PLC0415 - report imports this module
 
         return text(self, self.dry_run)
 
@@ -407,7 +407,7 @@ def _first(e: BaseException) -> str:
 
 def rules_for(passes: Iterable[str] | None) -> list[Rule]:
     """The registered rules of the named passes (all when None), in priority order."""
-    from .patterns import RULES
+    from ..patterns import RULES
 
     if passes is None:
         return list(RULES)

@@ -26,8 +26,9 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from . import model_io
-from .errors import VerifyError
+from ..ir import model_io
+from ..errors import VerifyError
+from ..ir.feeds import make_feeds
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,6 @@ TOLERANCES: dict[int, tuple[float, float]] = {
     onnx.TensorProto.FLOAT16: (2e-2, 2e-2),
     onnx.TensorProto.BFLOAT16: (1e-1, 5e-2),
 }
-DEFAULT_DIM_VALUES = (1, 3, 8)  # one shape point per value, for every dynamic dim
 # The extra checks (names as the report shows them); verify(extra_checks=...) picks some.
 RANDOM = "random"
 INITIALIZERS = "initializers fed"
@@ -87,7 +87,7 @@ class VerifyReport:
     checks: list[OutputCheck] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)  # per shape point: what its feed is (see OutputCheck.check)
-    latency: Any = None  # trt backend: a fusion.trt_timing.LatencyReport (original vs fused engine)
+    latency: Any = None  # trt backend: a fusion.trt.timing.LatencyReport (original vs fused engine)
 
     @property
     def passed(self) -> bool:
@@ -167,7 +167,7 @@ def verify(
     if backend == "onnxruntime":
         runner = fuse.ort_runner("fused")
     elif backend == "trt":
-        from .trt_run import setup_verify  # noqa: PLC0415 - TensorRT is optional
+        from ..trt.run import setup_verify  # noqa: PLC0415 - TensorRT is optional
 
         latency = backend_options.pop("latency", True)
         latency_repeats = backend_options.pop("latency_repeats", None)
@@ -210,7 +210,7 @@ def verify(
     new_runs = dict(zip(points, _run_each(runner, [feeds[i] for i in points])))
     _compare(orig, ref_runs, new_runs, labels, atol, rtol, report)
     if backend == "trt" and latency:
-        from .trt_timing import verify_latency  # noqa: PLC0415
+        from ..trt.timing import verify_latency  # noqa: PLC0415
 
         opts = dict(backend_options, **({"latency_repeats": latency_repeats} if latency_repeats else {}))
         timed = [feeds[i] for i in points if labels[i] == RANDOM]
@@ -337,25 +337,6 @@ class _Model:
         return OnnxrtRunner(session, name=name)
 
 
-def make_feeds(model: "_Model", shapes: Sequence[Mapping[str, Any]] | None, seed: int) -> list[dict[str, np.ndarray]]:
-    """Random inputs, one feed per shape point; integer inputs stay valid as Gather indices."""
-    rng = np.random.default_rng(seed)
-    points: Iterable[Mapping[str, Any]] = shapes if shapes else [{"*": v} for v in DEFAULT_DIM_VALUES]
-    bounds = _index_bounds(model.proto)
-    feeds, seen = [], set()
-    for point in points:
-        feed = {}
-        for vi in model.inputs:
-            tt = vi.type.tensor_type
-            shape = _concrete_shape(vi.name, tt, point)
-            feed[vi.name] = _random(rng, tt.elem_type, shape, bounds.get(vi.name, 2))
-        key = tuple((k, v.shape) for k, v in feed.items())
-        if key not in seen:  # a static model has one shape point
-            seen.add(key)
-            feeds.append(feed)
-    return feeds
-
-
 def extra_feeds(
     orig: "_Model", fused: "_Model", base: Mapping[str, np.ndarray], wanted: Sequence[str], seed: int, notes: list[str]
 ) -> list[tuple[str, dict[str, np.ndarray]]]:
@@ -433,46 +414,6 @@ def _dynamic_dims(model: "_Model") -> list[str]:
     # "*" stands for every unnamed dim at once: only when nothing is named.
     named = [n for n in out if n != "*"]
     return named or out
-
-
-def _concrete_shape(name: str, tt, point: Mapping[str, Any]) -> list[int]:
-    if name in point:
-        return [int(d) for d in point[name]]
-    dims = []
-    for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value"):
-            dims.append(d.dim_value)
-        elif d.dim_param and d.dim_param in point:
-            dims.append(int(point[d.dim_param]))
-        elif "*" in point:
-            dims.append(int(point["*"]))
-        else:
-            raise VerifyError(f"input {name!r} dim {i} ({d.dim_param or '?'}) has no value in shape point {dict(point)}")
-    return dims
-
-
-def _random(rng: np.random.Generator, elem_type: int, shape: list[int], high: int) -> np.ndarray:
-    np_type = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-    if np.issubdtype(np_type, np.floating):
-        return rng.standard_normal(shape).astype(np_type)
-    if np_type == np.bool_:
-        return rng.integers(0, 2, shape).astype(np.bool_)
-    if np.issubdtype(np_type, np.integer):
-        return rng.integers(0, max(int(high), 1), shape).astype(np_type)
-    return rng.standard_normal(shape).astype(np_type)
-
-
-def _index_bounds(model: onnx.ModelProto) -> dict[str, int]:
-    """For integer inputs used as Gather indices: the size of the gathered axis."""
-    g = model.graph
-    shapes = {t.name: list(t.dims) for t in g.initializer}
-    bounds: dict[str, int] = {}
-    for n in g.node:
-        if n.op_type == "Gather" and len(n.input) == 2 and n.input[0] in shapes:
-            axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
-            size = shapes[n.input[0]][axis]
-            bounds[n.input[1]] = min(bounds.get(n.input[1], size), size)
-    return bounds
 
 
 def _tol(value, name: str, default: float) -> float:

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 
-from .ir import Node, Tensor
-from .graph import ModelGraph, producer
+from ..ir.view import Node, Tensor
+from ..ir.graph import ModelGraph, producer
 
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Equal"})
 _DEFAULT_DOMAINS = (None, "", "ai.onnx")

@@ -1,0 +1,1 @@
+"""L5 the pass driver (rules -> PassResult) and its text/JSON rendering. Imports fusion.patterns and below."""
