@@ -3,7 +3,8 @@
 
     python bench/bench_coverage.py [--out bench/results/coverage.json]
 
-Per fixture (tests/fixtures/manifest.json, ground truth from the torch modules) and tool:
+Per fixture (tests/fixtures/manifest.json, ground truth from the torch modules; and
+tests/fixtures/exporters: tf2onnx, jax2onnx, paddle2onnx, torch.var_mean) and tool:
 ours (``fusion.run`` with the layernorm and rmsnorm passes), onnxruntime's transformers
 fusions (FusionLayerNormalization, FusionLayerNormalizationTF, FusionSimplifiedLayerNormalization
 on an OnnxModel) and onnxscript's rules (layer_normalization and rms_normalization rule sets,
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_fusion import _meta  # noqa: E402
 from tests.fixtures.catalog import fixture_path, load_manifest  # noqa: E402
 
+EXPORTERS = ROOT / "tests" / "fixtures" / "exporters" / "manifest.json"
 NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "SkipLayerNormalization"}
 
 
@@ -76,6 +78,14 @@ def _norm_nodes(model: onnx.ModelProto) -> int:
 TOOLS = {"ours": ours, "onnxruntime": onnxruntime_fusions, "onnxscript": onnxscript_rules}
 
 
+def _records():
+    """The torch fixtures, then the other exporters' (tests/fixtures/exporters)."""
+    for rec in load_manifest():
+        yield rec, fixture_path(rec["file"])
+    for rec in json.loads(EXPORTERS.read_text()):
+        yield rec, EXPORTERS.parent / rec["file"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "coverage.json")
@@ -85,22 +95,26 @@ def main() -> int:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     rows = []
     totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for rec in load_manifest():
+    by_family: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for rec, path in _records():
         expected = rec["expected_layernorm_fusions"] + rec["expected_rmsnorm_fusions"]
         row = {"model": rec["file"], "family": rec["family"], "expected": expected}
         for name, tool in TOOLS.items():
             try:
-                found = tool(onnx.load(str(fixture_path(rec["file"]))))
+                found = tool(onnx.load(str(path)))
             except Exception as e:  # noqa: BLE001 - a tool that crashes found nothing
                 row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:200]
                 found = 0
             row[name] = found
             totals[name]["found"] += min(found, expected)
             totals[name]["false_positives"] += max(0, found - expected)
+            by_family[rec["family"]][name] += min(found, expected)
         totals["expected"]["found"] += expected
+        by_family[rec["family"]]["expected"] += expected
         rows.append(row)
     summary = {k: dict(v) for k, v in totals.items()}
-    args.out.write_text(json.dumps({"meta": _meta(), "summary": summary, "rows": rows}, indent=1) + "\n")
+    families = {k: dict(v) for k, v in sorted(by_family.items())}
+    args.out.write_text(json.dumps({"meta": _meta(), "summary": summary, "by_family": families, "rows": rows}, indent=1) + "\n")
     for name in TOOLS:
         t = totals[name]
         logging.info("%-12s %d/%d norms fused, %d false positives", name, t["found"], totals["expected"]["found"], t["false_positives"])

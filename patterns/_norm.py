@@ -11,10 +11,11 @@ from onnx import helper
 from fusion.rewrite import specs
 from fusion.ir.view import Node, Tensor
 from fusion.ir.graph import FLOAT_TYPES, FLOAT_WIDTH, producer
-from fusion.match.pattern import Const, Match, Op, Opt, Pattern, Var
+from fusion.match.pattern import Const, Match, Op, Pattern, Var
 from fusion.rewrite.editor import Emitter, Reject
 from fusion.rewrite.rules import Context
 
+from . import _algebra
 from ._constants import check_constant_rank, check_overridable
 
 _TYPE_NAME = {t: onnx.TensorProto.DataType.Name(t) for t in FLOAT_TYPES}
@@ -34,27 +35,11 @@ def cast(p: Pattern) -> Pattern:
     return Op("Cast", p, where=_float_cast, quiet=True) | p
 
 
-def reduce_mean(x: Pattern, name: str) -> Op:
-    """ReduceMean with axes as an attribute (opset < 18) or as a constant input (opset >= 18)."""
-    return Op("ReduceMean", x, Opt(Const()), name=name)
-
-
-def kept_mean(x: Pattern, name: str) -> Pattern:
-    """A mean that keeps the reduced dims: ReduceMean(keepdims=1), or keepdims=0 with the dims
-    put back by Reshape (+ Expand) or Unsqueeze, as the dynamo exporter writes torch.var."""
-    rm = reduce_mean(x, name)
-    restore = name + "_restore"
-    return (
-        rm
-        | Op("Expand", Op("Reshape", rm, Var(), name=restore + "_reshape"), Var(), name=restore)
-        | Op("Reshape", rm, Var(), name=restore)
-        | Op("Unsqueeze", rm, Opt(Const()), name=restore)
-    )
-
-
 def plus_eps(variance: Pattern) -> Pattern:
-    """variance + eps; or the variance alone (an exporter drops an eps of 0)."""
-    return Op("Add", cast(variance), cast(Const("eps")), name="add_eps") | variance
+    """variance + eps; or the variance alone (an exporter drops an eps of 0).  jax2onnx
+    writes eps as CastLike(eps, x)."""
+    eps = Op("CastLike", Const("eps"), Var(), quiet=True) | Const("eps")
+    return Op("Add", cast(variance), cast(eps), name="add_eps") | variance
 
 
 @dataclass
@@ -73,6 +58,7 @@ class NormDesc:
     beta: Tensor | None
     # Float types the chain computes in besides its input's: Casts' targets, constants read as they are.
     types: frozenset = frozenset()
+    notes: tuple[str, ...] = ()  # said in the fusion's record (fusion.passes.Fusion.notes)
 
     @property
     def trailing(self) -> bool:
@@ -88,28 +74,34 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     check_overridable(g, m, ("x", "gamma", "beta"))
     # Shapes are annotated by most exporters; inference (once per model) only where needed.
     needs_rank = any(_raw_axes(g, m[n]) is None or min(_raw_axes(g, m[n])) >= 0 for n in reductions if n in m)
-    restored = any(n + "_restore" in m for n in reductions)
-    shape = g.shape(x, infer=needs_rank or restored)
+    restored = any(n + "_restore" in m or n + "_sum_restore" in m for n in reductions)
+    summed = any(m[n].op in ("ReduceSum", "ReduceSumSquare") for n in reductions if n in m)  # N is checked against x's dims
+    shape = g.shape(x, infer=needs_rank or restored or summed)
     rank = None if shape is None else len(shape)
+    if rank is None and any(m[n].op == "GlobalAveragePool" for n in reductions if n in m):
+        rank = _algebra.rank_of(g, x)  # GlobalAveragePool's axes depend on it (tf2onnx)
+        shape = None if rank is None else [None] * rank  # the rank, no dims
     axes = None
     for name in reductions:
         if name not in m:
             continue
-        restore = m.get(name + "_restore")
-        node_axes = _normalized_axes(g, m[name], rank, keepdims=0 if restore is not None else 1)
+        # A ReduceSum may be put back before it is divided (name_sum_restore), or after.
+        restores = [m[r] for r in (name + "_restore", name + "_sum_restore") if r in m]
+        node_axes = _normalized_axes(g, m[name], rank, keepdims=0 if restores else 1)
         if axes is not None and node_axes != axes:
             raise Reject(f"{reductions[0]} reduces axes {list(axes)} but {name} reduces {list(node_axes)}")
         axes = node_axes
-        if restore is not None:
+        for restore in restores:
             _check_restored(g, restore, shape, axes)
     assert axes is not None
+    notes = _check_algebra(m, g, reductions, x, shape, axes)
     eps = g.scalar(m["eps"]) if "eps" in m else 0.0
     if eps is None:
         raise Reject(f"epsilon {m['eps'].name!r} is not a one-element constant")
-    plain = not any(n.op == "Cast" for n in m.all_nodes)
+    plain = not any(n.op in ("Cast", "CastLike") for n in m.all_nodes)
     consts = [m[c] for c in ("gamma", "beta", "eps") if c in m]
     chain_type = g.elem_type(consts[0]) if plain and consts else None
-    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"), compute_types(g, m))
+    desc = NormDesc(kind, x, m.root.outputs[0], chain_type, axes, rank, eps, m.get("gamma"), m.get("beta"), compute_types(g, m), notes)
     for param in ("gamma", "beta"):
         t = getattr(desc, param)
         if t is None:
@@ -126,6 +118,19 @@ def analyze(m: Match, ctx: Context, kind: str, reductions: tuple[str, ...]) -> N
     known_min = len(shape) if shape is not None else -min(axes)
     check_constant_rank(g, m.all_nodes, None if shape is None else len(shape), known_min, lambda: _rank(g, x))
     return desc
+
+
+def _check_algebra(m: Match, g, reductions, x: Tensor, shape, axes: tuple[int, ...]) -> tuple[str, ...]:
+    """What the arithmetic identities (patterns/_algebra.py) need beyond structure."""
+    _algebra.check_means(g, m, reductions, x, shape, axes)
+    _algebra.check_constant_ranks(g, m, None if shape is None else len(shape))
+    if _algebra.one_pass(m):
+        # Both at x's rank (kept, or a sum put back before ÷ N), or both reduced.
+        k_mean, k_var = (int(m[n].attrs.get("keepdims", 1)) or n + "_sum_restore" in m for n in ("mean", "variance"))
+        if k_mean != k_var:
+            raise Reject(f"E[x²] ({m['variance'].name!r}) and E[x] ({m['mean'].name!r}) differ in keepdims: "
+                         "their difference is not the variance")
+    return _algebra.notes(m)
 
 
 def _rank(g, x: Tensor) -> int | None:
@@ -211,6 +216,11 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
         a, b = node.inputs
         if all(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in (a, b)):
             return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume, memo)
+    if node.op == "Reshape" and len(node.inputs) > 1:
+        # A target shape whose trailing pieces are constants (tf2onnx's Dense: Concat(Shape dims, [N])).
+        d = _trailing_shape_value(g, node.inputs[1], axis)
+        if d is not None and d > 0:
+            return d
     if node.op == "If" and len(node.subgraphs) == 2:
         dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume, memo) for b in node.subgraphs.values()}
         return dims.pop() if len(dims) == 1 else None
@@ -278,6 +288,29 @@ def _prove_rank_at_least_2(g, t: Tensor, scope, depth: int, memo: dict) -> bool:
     return False
 
 
+def _trailing_shape_value(g, shape: Tensor, axis: int) -> int | None:
+    """Element ``axis`` (negative) of a 1-D shape vector: a constant, or a Concat whose pieces
+    from there to the end are constants."""
+    value = g.constant_value(shape)
+    if value is not None:
+        v = np.asarray(value).reshape(-1)
+        return int(v[axis]) if -axis <= v.size else None
+    node = producer(shape)
+    while node is not None and node.op == "Cast":  # (int32 pieces cast to int64)
+        node = producer(node.inputs[0])
+    if node is None or node.op != "Concat":
+        return None
+    tail: list[int] = []
+    for piece in reversed(node.inputs):
+        if len(tail) >= -axis:
+            break
+        v = g.constant_value(piece)
+        if v is None:
+            return None
+        tail = [int(e) for e in np.asarray(v).reshape(-1)] + tail
+    return tail[axis] if len(tail) >= -axis else None
+
+
 def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int, memo: dict) -> int | None:
     """A model-local function's input: the size its every caller passes, if they agree."""
     if scope is None or not scope.is_function or t.name not in scope.proto.input:
@@ -320,10 +353,16 @@ def _raw_axes(g, node: Node) -> list[int] | None:
 
 
 def _normalized_axes(g, node: Node, rank: int | None, keepdims: int = 1) -> tuple[int, ...]:
+    if node.op == "GlobalAveragePool":  # the mean over every axis from 2 on, dims kept
+        if rank is None or rank < 3:
+            raise Reject(f"GlobalAveragePool {node.name!r}: the input rank is {'unknown' if rank is None else rank}")
+        if not keepdims:
+            raise Reject(f"GlobalAveragePool {node.name!r} keeps its dims but is reshaped as if it did not")
+        return tuple(range(2 - rank, 0))
     if int(node.attrs.get("keepdims", 1)) != keepdims:
         if keepdims:
-            raise Reject(f"ReduceMean {node.name!r} has keepdims=0, so its result does not broadcast back")
-        raise Reject(f"ReduceMean {node.name!r} keeps its dims but is reshaped as if it did not")
+            raise Reject(f"{node.op} {node.name!r} has keepdims=0, so its result does not broadcast back")
+        raise Reject(f"{node.op} {node.name!r} keeps its dims but is reshaped as if it did not")
     axes = node.attrs.get("axes")
     if len(node.inputs) > 1 and node.inputs[1].name:
         value = g.constant_value(node.inputs[1])
@@ -395,6 +434,9 @@ def compute_types(g, m: Match) -> frozenset:
     for n in m.all_nodes:
         if n.op == "Cast":
             types.add(int(n.attrs["to"]))
+            continue
+        if n.op == "CastLike":  # (jax2onnx's eps): the type of what it is cast like
+            types.add(g.elem_type(n.inputs[1]))
             continue
         for t in n.inputs:
             if t.name and g.is_constant(t):

@@ -5,6 +5,9 @@ Mul(d, Pow(var + eps, -0.5)); float Casts anywhere in the chain (fp16 models tha
 fp32/fp64 inside it); ReduceMean axes as attribute or input, negative or positive, one or
 several axes, trailing or not (channels-first ConvNeXt style); γ and/or β absent.
 
+The arithmetic other exporters write (sums ÷ N, one-pass variance, Pow roots, Neg, restores,
+GlobalAveragePool) comes from the combinators of patterns/_algebra.py.
+
 A second rule covers TensorFlow's batch-norm style rewrite (tf2onnx/keras2onnx):
 x * (γ / sqrt(var + eps)) + (β - mean * (γ / sqrt(var + eps))).
 """
@@ -14,27 +17,39 @@ from __future__ import annotations
 from fusion.match.pattern import Const, Op, Var
 from fusion.rewrite.rules import Rule
 
-from ._norm import analyze, cast, emit, kept_mean, plus_eps, reduce_mean
+from . import _algebra as alg
+from ._norm import analyze, cast, emit, plus_eps
 
 x = Var("x")
-mean = reduce_mean(cast(x), "mean")
-centered = Op("Sub", cast(x), cast(mean), name="center")
+# The mean as reduced (keepdims as written), then as broadcast against x.
+mean_reduced = alg.reduced_mean(cast(x), "mean")
+mean = alg.restored(mean_reduced, "mean")
+centered = alg.centered(cast(x), cast(mean), "center")
 # The variance may center x again with a mean of its own (older PyTorch, torch.var).
-var_mean = reduce_mean(cast(x), "var_mean")
-var_centered = Op("Sub", cast(x), cast(var_mean), name="var_center")
-square = Op("Pow", cast(var_centered), Const(value=2.0), name="square") | Op(
-    "Mul", cast(var_centered), cast(var_centered), name="square"
+var_mean = alg.restored(alg.reduced_mean(cast(x), "var_mean"), "var_mean")
+var_centered = alg.centered(cast(x), cast(var_mean), "var_center")
+square = alg.square(cast(var_centered), "square", cast(var_centered))
+# jnp.var under jax2onnx: Where(N − ddof > 0, ReduceSumSquare(d) ÷ (N − ddof), NaN).
+sum_squares = alg.sum_of_squares_mean(cast(var_centered), "variance")
+variance = alg.restored(
+    # One pass (Flax's default): E[x²] − E[x]²; or two, E[(x − E[x])²].
+    alg.one_pass_variance(alg.reduced_mean(cast(alg.square(cast(x), "x_square", cast(x))), "variance"), mean_reduced, cast)
+    | alg.nan_guarded(sum_squares, "variance")
+    | sum_squares
+    | alg.reduced_mean(cast(square), "variance"),
+    "variance",
+    guard=False,
 )
-variance = kept_mean(cast(square), "variance")
 var_eps = plus_eps(variance)
-std = Op("Sqrt", var_eps, name="sqrt")
-normalized = (
-    Op("Div", cast(centered), cast(std), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Reciprocal", std, name="inverse")), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Div", Const(value=1.0), std, name="inverse")), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Pow", var_eps, Const(value=-0.5), name="inverse")), name="normalize")
+std = alg.sqrt(var_eps, "sqrt")
+inverse = alg.rsqrt(var_eps, std, "inverse")
+normalized = Op("Div", cast(centered), cast(std), name="normalize") | Op(
+    "Mul", cast(centered), cast(inverse), name="normalize"
 )
-scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
+scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | Op(
+    # γ folded into the inverse first (Flax, Keras): (x − mean)·(rsqrt(v)·γ)
+    "Mul", cast(centered), cast(Op("Mul", cast(inverse), cast(Const("gamma")), name="scale")), name="normalize"
+)
 affine = (
     Op("Add", cast(scaled), cast(Const("beta")), name="shift")
     | scaled
@@ -49,48 +64,61 @@ class LayerNormRule(Rule):
     pass_name = "layernorm"
     pattern = PATTERN
     min_progress = 3
-    signature = frozenset({"ReduceMean"})
+    signature = alg.REDUCTIONS
+    anchors = (alg.ROOTS,)
     doc = "ReduceMean → Sub → Pow/Mul → ReduceMean → Add(eps) → Sqrt → Div (→ Mul γ → Add β)"
     variants = (
         (
             "mean: ReduceMean with axes as attribute (opset < 18) or input (opset ≥ 18); one or several axes, "
-            "negative or positive, trailing or not (channels-first ConvNeXt)"
+            "negative or positive, trailing or not (channels-first ConvNeXt); ReduceSum ÷ N or × 1/N, N constant or "
+            "counted from Shape/Gather/ReduceProd or Size and checked against the reduced dims (JAX, torch dynamo); "
+            "GlobalAveragePool (tf2onnx)"
         ),
         (
             "variance: ReduceMean of the square of d = x − mean, reusing the mean or computing its own (torch.var); "
-            "keepdims=0 put back by Reshape (+ Expand) or Unsqueeze (dynamo's torch.var)"
+            "or one pass, E[x²] − E[x]², bare or clamped by Max(·, 0) / Relu (Flax, jax2onnx; the fused node is "
+            "two-pass, the fusion's note says so); keepdims=0 put back by Reshape (+ Expand) or Unsqueeze, before "
+            "or after ÷ N (dynamo's torch.var, var_mean)"
         ),
+        "center: Sub(x, mean), Add(x, Neg(mean)), or jax2onnx's Where(row constant, 0, x − mean)",
         "square: Pow(d, 2) or Mul(d, d)",
-        "epsilon: Add(variance, eps), or none (eps = 0)",
+        "epsilon: Add(variance, eps), eps a constant or CastLike(eps, x) (jax2onnx), or none (eps = 0)",
         (
-            "normalize: Div(d, Sqrt(v)), Mul(d, Reciprocal(Sqrt(v))), Mul(d, Div(1, Sqrt(v))) or Mul(d, Pow(v, -0.5)), "
-            "v = variance + eps"
+            "normalize: Div(d, √v), Mul(d, Reciprocal(√v)), Mul(d, Div(1, √v)) or Mul(d, Pow(v, -0.5)), "
+            "v = variance + eps, √v = Sqrt(v) or Pow(v, 0.5)"
         ),
-        "affine: Mul γ then Add β, only one of them, or neither; either operand order",
+        "affine: Mul γ then Add β, only one of them, or neither; either operand order; γ folded into the inverse "
+        "first, d·(rsqrt(v)·γ) (Flax, Keras)",
         "casts: float-to-float Cast anywhere in the chain (fp16 models that compute in fp32)",
     )
 
     def check(self, m, ctx):
-        return analyze(m, ctx, "layer", ("mean", "var_mean", "variance"))
+        return analyze(m, ctx, "layer", LN_REDUCTIONS)
 
     def rewrite(self, desc, em, ctx):
         emit(desc, em, ctx)
 
 
+LN_REDUCTIONS = ("mean", "var_mean", "variance", "center_row_min", "center_row_max", "var_center_row_min", "var_center_row_max")
 RULE = LayerNormRule()
 
 # TensorFlow: the scale γ·rsqrt(var + eps) multiplies x and the mean separately.
-var_eps = Op("Add", cast(reduce_mean(cast(square), "variance")), cast(Const("eps")), name="add_eps")
-std = Op("Sqrt", var_eps, name="sqrt")
-inv_std = Op("Reciprocal", std, name="inverse") | Op("Pow", var_eps, Const(value=-0.5), name="inverse")
+var_eps = Op("Add", cast(variance), cast(Const("eps")), name="add_eps")
+std = alg.sqrt(var_eps, "sqrt")
+inv_std = alg.rsqrt(var_eps, std, "inverse")
 tf_scale = Op("Mul", cast(inv_std), cast(Const("gamma")), name="scale") | inv_std
 x_scaled = Op("Mul", cast(x), cast(tf_scale), name="x_scaled")
 mean_scaled = Op("Mul", cast(mean), cast(tf_scale), name="mean_scaled")
-TF_PATTERN = cast(
-    Op("Add", x_scaled, Op("Sub", cast(Const("beta")), mean_scaled, name="offset"), name="shift")
-    | Op("Add", x_scaled, Op("Neg", mean_scaled, name="offset"), name="shift")
-    | Op("Sub", x_scaled, mean_scaled, name="shift")
+# Keras 3 writes the offset as (−mean)·s + β; −(mean·s) + β is the same.
+neg_mean_scaled = alg.negated_product(cast(mean), cast(tf_scale), "offset")
+# One Add over the offset's spellings (not one Add per spelling: each would be tried at every Add).
+offset = (
+    Op("Sub", cast(Const("beta")), mean_scaled, name="offset")
+    | Op("Neg", mean_scaled, name="offset")
+    | Op("Add", neg_mean_scaled, cast(Const("beta")), name="offset_beta")
+    | neg_mean_scaled
 )
+TF_PATTERN = cast(Op("Add", x_scaled, offset, name="shift") | Op("Sub", x_scaled, mean_scaled, name="shift"))
 
 
 class LayerNormTFRule(LayerNormRule):
@@ -98,8 +126,10 @@ class LayerNormTFRule(LayerNormRule):
     doc = "TensorFlow form: x·(γ·rsqrt(var+eps)) + (β − mean·γ·rsqrt(var+eps))"
     variants = (
         "form: x·s + (β − mean·s) with s = γ·rsqrt(var + eps) (tf2onnx / keras2onnx)",
-        "rsqrt: Reciprocal(Sqrt(var + eps)) or Pow(var + eps, -0.5)",
-        "without β: x·s − mean·s or x·s + Neg(mean·s); without γ: s = rsqrt(var + eps)",
+        "rsqrt: Reciprocal(√v), Div(1, √v) or Pow(v, -0.5), v = var + eps",
+        "offset: β − mean·s or (−mean)·s + β (Keras 3); without β: x·s − mean·s, x·s + Neg(mean·s) or "
+        "x·s + (−mean)·s; without γ: s = rsqrt(var + eps)",
+        "mean: any spelling of the main rule's (GlobalAveragePool from tf2onnx)",
         "variance: ReduceMean of Pow(d, 2) or Mul(d, d), d = x − mean; Add(eps) present",
         "casts: float-to-float Cast anywhere in the chain",
     )

@@ -41,6 +41,7 @@ class Fusion:
     removed: list[str]
     nodes: list[dict]  # emitted nodes: op_type, name, domain, inputs, outputs, attributes
     compute_type: str | None = None  # element type the fused nodes compute in ("FLOAT", "DOUBLE")
+    notes: list[str] = field(default_factory=list)  # what the fused node does differently (rule's check says)
 
 
 @dataclass
@@ -178,28 +179,31 @@ class _NearSignature:
 
     def __init__(self, scope: Scope):
         self.scope = scope
-        self.sets: dict[tuple, set[int]] = {}
+        # op set -> (hops searched, {node id: hops below the nearest node of the set})
+        self.hops: dict[frozenset, tuple[int, dict[int, int]]] = {}
 
     def within(self, rule: Rule, node: Node) -> bool:
         reach = rule.reach
         if reach is None:
             return True
-        key = (rule.signature, reach)
-        near = self.sets.get(key)
-        if near is None:
-            near = self.sets[key] = self._forward(rule.signature, reach)
-        return id(node) in near
+        return all(self._near(ops, hops, node) for ops, hops in ((rule.signature, reach), *rule.anchor_reaches))
 
-    def _forward(self, signature: frozenset[str], reach: int) -> set[int]:
+    def _near(self, ops: frozenset[str], reach: int, node: Node) -> bool:
+        searched, hops = self.hops.get(ops, (-1, {}))
+        if searched < reach:  # one search per op set, as deep as the deepest rule asks
+            searched, hops = self.hops[ops] = (reach, self._forward(ops, reach))
+        return hops.get(id(node), reach + 1) <= reach
+
+    def _forward(self, signature: frozenset[str], reach: int) -> dict[int, int]:
         frontier = [n for n in self.scope.ir.nodes if n.op in signature]
-        seen = {id(n) for n in frontier}
-        for _ in range(reach):
+        seen = {id(n): 0 for n in frontier}
+        for depth in range(1, reach + 1):
             nxt = []
             for n in frontier:
                 for t in n.outputs:
                     for c in t.outputs:
                         if id(c) not in seen and c.scope is self.scope:
-                            seen.add(id(c))
+                            seen[id(c)] = depth
                             nxt.append(c)
             frontier = nxt
         return seen
@@ -233,6 +237,7 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
             removed=[n.name for n in removed],
             nodes=[_describe(n) for n in em.nodes],
             compute_type=None if em.compute_type is None else onnx.TensorProto.DataType.Name(em.compute_type),
+            notes=list(getattr(desc, "notes", ())),
         )
     if best is None:
         best = matcher.best

@@ -29,6 +29,7 @@ def text(result: PassResult, dry_run: bool = False) -> str:
             where = "" if f.scope == "main" else f"  [{f.scope}]"
             computes = f"; computes in {f.compute_type}" if f.compute_type else ""
             lines.append(f"  {f.rule:<10} {f.root}  ({len(f.removed)} nodes{computes}) -> {emitted}{where}")
+            lines.extend(f"             note: {n}" for n in f.notes)
     if result.near_misses:
         lines.append("")
         lines.append("near-misses (not fused):")

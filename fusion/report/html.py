@@ -520,6 +520,7 @@ def _fusion_section(
         f'{" (" + _e(removed) + ")" if removed else ""}</figcaption>{before_svg}'
         f'{"<p class=muted>" + _e(note) + "</p>" if note else ""}</figure>'
         f'<figure><figcaption>After (target {_e(f.target)})</figcaption>{after_svg}</figure></div>'
+        + "".join(f'<p class="note">Note: {_e(n)}</p>' for n in getattr(f, "notes", ()))
         + "".join(_node_table(n, index, {o for e in emitted for o in e["outputs"]}) for n in emitted)
         + "</details></section>"
     )

@@ -51,6 +51,9 @@ class Rule:
     # them of a signature op type (the part that makes the pattern what it is).
     min_progress: int = 4
     signature: frozenset[str] = frozenset()
+    # Other op sets of which every match holds a node (the norms' Sqrt/Pow): each bounds, like
+    # the signature, how far below such a node a root can be; the driver checks them all.
+    anchors: tuple[frozenset[str], ...] = ()
     doc: str = ""
     # The forms the pattern covers, one line each ("part: forms"); the README's variant
     # table is rendered from these (fusion/docs.py), so they live next to the pattern.
@@ -80,6 +83,15 @@ class Rule:
             d = _distance(self.pattern, self.signature, {})
             cached = self.__dict__["_reach"] = (None if d == _INF else d,)
         return cached[0]
+
+    @property
+    def anchor_reaches(self) -> tuple[tuple[frozenset[str], int], ...]:
+        """(op set, hops) for each of ``anchors``: more sound filters of the same kind as reach."""
+        cached = self.__dict__.get("_anchor_reaches")
+        if cached is None:
+            pairs = ((a, _distance(self.pattern, a, {})) for a in self.anchors)
+            cached = self.__dict__["_anchor_reaches"] = tuple((a, d) for a, d in pairs if d != _INF)
+        return cached
 
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from .algebra import algebra_norms
 from .builder import DOUBLE, FLOAT, FLOAT16
 from .pieces import ACTIVATIONS, FC, Attention, Func, If, Leak, Loop, Norm, TFNorm
 from .spec import GLUES, ModelSpec
@@ -171,7 +172,7 @@ def next_shape(piece, shape: tuple) -> tuple:
 
 @st.composite
 def pieces(draw, shape: tuple, dtype: int, opset: int, where: str, depth: int = 0):
-    kinds = ["norm", "fc", "norm", "fc", "tf", "attention"]
+    kinds = ["norm", "fc", "norm", "fc", "tf", "attention", "algebra"]
     if where == "main" or (where == "body" and depth < 2):  # bodies nest (an If in a Loop body)
         kinds += ["if", "loop", "function"]
     kind = draw(st.sampled_from(kinds))
@@ -181,6 +182,8 @@ def pieces(draw, shape: tuple, dtype: int, opset: int, where: str, depth: int = 
         return draw(fcs(shape, dtype, opset, where))
     if kind == "tf":
         return draw(tf_norms(shape, dtype, opset, where))
+    if kind == "algebra":  # the arithmetic other exporters write (tests/fuzz/algebra.py)
+        return draw(algebra_norms(shape, dtype, opset, where, _leak(draw, where)))
     if kind == "attention":
         # (Without softmax, x xᵀ x shrinks magnitudes: a few in a row and rows underflow to
         # constants, where a norm after them computes 0/0.)
