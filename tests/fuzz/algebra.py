@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from .builder import FLOAT, FULL, NONE, NP, Container, Value
-from .pieces import CONST, CORE, POST, Built, Leak, Role, _arith, _reduced
+from .builder import DOUBLE, FLOAT, FULL, NONE, NP, Container, Value
+from .pieces import CONST, CORE, POST, Built, Leak, Role, _arith, _reduced, wider
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class AlgebraNorm:
         if self.gamma == "const":
             gamma = role(c.const((rng.standard_normal(width) * 0.5 + 1).astype(NP[t]), hint="gamma"), (width,), CONST)
         if self.tf_offset:
-            return self._tf_form(c, x, mb, ve, root, exponent, gamma, roles, role)
+            return self._tf_form(c, x, mb, ve, root, exponent, gamma, roles, role, where)
         folded = self.folded and gamma is not None and self.inverse != "div"
         if self.inverse == "div":
             y = c.op("Div", d, root())
@@ -176,12 +176,32 @@ class AlgebraNorm:
             b = role(c.const((rng.standard_normal(width) * 0.2).astype(NP[t]), hint="beta"), (width,), CONST)
             y = _arith(c, "Add", y, b, self.swap)
         roles.append(Role(Value(y, t, shape), POST))
-        return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles)
+        return self._typed(Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles), t, where)
 
 
 
 
-    def _tf_form(self, c: Container, x: Value, mean: str, ve: str, root, exponent: float, gamma, roles, role) -> Built:
+    def _typed(self, built: Built, t: int, where: str) -> Built:
+        """Below opset 15 one body serves one element type per op (spec.admitted): the op this
+        norm emits and the types its node may take. The chain computes in the model's type;
+        like every norm pattern it may take in a float Cast of x before it (cast(x))."""
+
+        def alts(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
+            if where == "function":  # (untyped: cast to the chain's type)
+                return ((t, bool(absorb), False),)
+            out = []
+            for end in ((extend,) if extend else ()) + (t,):
+                if absorb:
+                    out.append((wider(absorb, t, end), True, False))
+                out.append((wider(t, end), False, False))
+            return tuple(e for e in out if e[0] != DOUBLE)
+
+        built.op = "FusedLayerNorm" if self.kind == "layer" else "FusedRMSNorm"
+        built.alts = alts
+        built.takes_cast = True
+        return built
+
+    def _tf_form(self, c: Container, x: Value, mean: str, ve: str, root, exponent: float, gamma, roles, role, where: str) -> Built:
         t, shape, width = x.dtype, x.shape, x.shape[-1]
         red = _reduced(shape, [-1])
         inv = {
@@ -208,7 +228,7 @@ class AlgebraNorm:
             off = neg if beta is None else role(_arith(c, "Add", neg, beta, self.swap), shape)
         y = _arith(c, "Add", xs, off, self.swap)
         roles.append(Role(Value(y, t, shape), POST))
-        return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles)
+        return self._typed(Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles), t, where)
 
 
 @st.composite
