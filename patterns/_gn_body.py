@@ -35,15 +35,15 @@ def _per_channel(b: Body, p: str, c: str) -> str:
     return b.to_compute(b.reshape(p, b.op("Concat", c, b.ints([1]), axis=0)))
 
 
-def _group_norm(b: Body, scale: str, bias: str, eps_field: str, silu: bool | None) -> None:
-    shape = b.op("Shape", "X")
+def _group_norm(b: Body, x: str, scale: str, bias: str, eps_field: str, silu: bool | None, out: str) -> None:
+    shape = b.op("Shape", x)
     n = b.op("Slice", shape, b.ints([0]), b.ints([1]))
     c = b.op("Slice", shape, b.ints([1]), b.ints([2]))
     rest = b.op("Slice", shape, b.ints([2]), b.ints([2**62]))
     s = b.op("ReduceProd", b.op("Concat", b.ints([1]), rest, axis=0), keepdims=1)  # 1 for rank 2
     groups = _int_field(b, "num_groups")
     k = b.op("Mul", b.op("Div", c, groups), s)
-    x3 = b.to_compute(b.reshape("X", b.op("Concat", n, groups, k, axis=0)))
+    x3 = b.to_compute(b.reshape(x, b.op("Concat", n, groups, k, axis=0)))
     d = b.op("Sub", x3, _mean_last(b, x3))
     var = _mean_last(b, b.op("Mul", d, d))
     eps = b.float_field(eps_field)
@@ -53,16 +53,16 @@ def _group_norm(b: Body, scale: str, bias: str, eps_field: str, silu: bool | Non
     if silu is None:  # the node's silu field: 0 or 1
         on = b.op("Equal", _int_field(b, "silu"), b.ints([1]))
         y = b.op("Where", on, b.op("Mul", y, b.op("Sigmoid", y)), y)
-    b.reshape(b.like_input(y, "X"), shape)
-    b.rename_last("Y")
+    b.reshape(b.like_input(y, x), shape)
+    b.rename_last(out)
 
 
 def fused_group_norm(b: Body) -> None:
-    _group_norm(b, "Scale", "B", "epsilon", None)
+    _group_norm(b, "X", "Scale", "B", "epsilon", None, "Y")
 
 
 def trt_group_norm(b: Body) -> None:
-    _group_norm(b, "scale", "bias", "eps", False)
+    _group_norm(b, "input", "scale", "bias", "eps", False, "output")
 
 
 def register() -> None:

@@ -183,12 +183,16 @@ def analyze(m: Match, ctx: Context) -> GroupNormDesc:
                 raise Reject(f"epsilon {m['eps'].name!r} is not a one-element constant")
     if groups <= 0:
         raise Reject(f"num_groups is {groups}")
+    native = form == "groupnormalization"
+    if native and not per_group and not isinstance(shape[1], int) and gamma is not None and g.fixed_shape(gamma):
+        # GroupNormalization-21 fails unless its scale has C elements: C is the scale's.
+        shape = [shape[0], int(np.prod(g.fixed_shape(gamma)))] + list(shape[2:])
     channels = _channels(g, xt, shape, gamma, beta, per_group, ctx)
     if channels % groups:
         raise Reject(f"{groups} groups do not divide the {channels} channels: not a GroupNorm")
     for param, label in ((gamma, "γ"), (beta, "β")):
         if param is not None:
-            _check_param(g, param, label, rank, channels, groups, per_group, ctx.opset)
+            _check_param(g, param, label, rank, channels, groups, per_group, ctx.opset, native)
     check_constant_rank(g, m.all_nodes, rank, rank)
     return GroupNormDesc(xt, m.root.outputs[0], shape, channels, groups, eps, gamma, beta, per_group,
                          "silu" in m, form, compute_types(g, m))  # fmt: skip
@@ -237,11 +241,17 @@ def _channels(g, xt: Tensor, shape: list, gamma, beta, per_group: bool, ctx: Con
                  + (f" and cannot be proven to be γ's {sorted(sizes)}" if sizes else ""))  # fmt: skip
 
 
-def _check_param(g, p: Tensor, label: str, rank: int, channels: int, groups: int, per_group: bool, opset: int) -> None:
+def _check_param(g, p: Tensor, label: str, rank: int, channels: int, groups: int, per_group: bool, opset: int,
+                 native: bool = False) -> None:  # fmt: skip
     ps = g.fixed_shape(p)
     if ps is None:
         raise Reject(f"{label}: {g.not_constant_reason(p)}, and its graph input does not pin its shape and type")
     ps = list(ps)
+    if native and not per_group:
+        if ps != [channels]:
+            raise Reject(f"GroupNormalization at opset {opset}: {label} {p.name!r} has shape {ps}, not one value per "
+                         f"channel [{channels}]")  # fmt: skip
+        return
     if per_group:
         if ps != [groups]:
             extra = " (a per-channel scale: GroupNormalization's is per channel only from opset 21)" if ps == [channels] else ""
