@@ -148,7 +148,11 @@ def analyze(m: Match, ctx: Context) -> GroupNormDesc:
     check_overridable(g, m, ("x", "gamma", "beta"))
     shape = g.shape(xt)
     if shape is None:
-        raise Reject(f"the rank of {xt.name!r} is unknown: cannot tell its channel axis")
+        # Shape inference loses the rank at Reshape(·, Shape(x)) (every torch GroupNorm): prove it.
+        rank = _proven_rank(g, xt)
+        if rank is None:
+            raise Reject(f"the rank of {xt.name!r} is unknown: cannot tell its channel axis")
+        shape = [None] * rank
     rank = len(shape)
     if rank < 2:
         raise Reject(f"{xt.name!r} has rank {rank}: GroupNorm needs [N, C, ...]")
@@ -234,11 +238,117 @@ def _channels(g, xt: Tensor, shape: list, gamma, beta, per_group: bool, ctx: Con
             ps = g.fixed_shape(p)
             if ps is not None and len(ps) >= len(shape) - 1:
                 sizes.add(int(ps[len(ps) - len(shape) + 1]))
-    proven = _proven_dim(g, xt, 1 - len(shape), ctx.scope)
+    proven = _proven_channels(g, xt, len(shape), ctx)
     if proven is not None:
         return proven
     raise Reject(f"the channel count of {xt.name!r} ({shape[1]!r}) is not static"
                  + (f" and cannot be proven to be γ's {sorted(sizes)}" if sizes else ""))  # fmt: skip
+
+
+# Ops whose output has the shape of their first input (the norm chain's neighbours).
+_KEEPS_SHAPE = frozenset({"Cast", "Identity", "Relu", "Sigmoid", "Tanh", "Erf", "Neg", "Sqrt", "Exp", "Gelu",
+                          "Dropout", "Clip", "LeakyRelu", "Elu", "Softplus", "HardSigmoid", "HardSwish", "Mish"})  # fmt: skip
+_BROADCASTS = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
+
+
+def _proven_rank(g, t: Tensor, depth: int = 24) -> int | None:
+    """The rank of ``t`` whatever the graph's inputs are: annotated, or forced by the ops that
+    make it (a Conv's output has its weight's rank; Reshape(·, Shape(u)) has u's)."""
+    shape = g.shape(t, infer=False)
+    if shape is not None:
+        return len(shape)
+    node = t.inputs[0] if len(t.inputs) == 1 else None
+    if node is None or depth == 0 or node.domain not in ("", "ai.onnx") or not node.inputs:
+        return None
+    if node.op in _KEEPS_SHAPE:
+        return _proven_rank(g, node.inputs[0], depth - 1)
+    if node.op in _BROADCASTS:
+        ranks = [_proven_rank(g, i, depth - 1) for i in node.inputs]
+        return None if None in ranks else max(ranks)
+    if node.op in ("Conv", "ConvTranspose") and len(node.inputs) > 1:
+        w = g.fixed_shape(node.inputs[1])
+        return None if w is None else len(w)
+    if node.op == "Reshape" and len(node.inputs) > 1:
+        src = node.inputs[1].inputs[0] if len(node.inputs[1].inputs) == 1 else None
+        if src is not None and src.op == "Shape" and not src.attrs.get("start") and src.attrs.get("end") is None:
+            return _proven_rank(g, src.inputs[0], depth - 1)
+        target = g.fixed_shape(node.inputs[1])
+        return None if target is None or len(target) != 1 else int(target[0])
+    return None
+
+
+def _proven_channels(g, t: Tensor, rank: int, ctx: Context, depth: int = 24) -> int | None:
+    """dim 1 of ``t`` (of ``rank``) whatever the graph's inputs are: _norm's proof, plus Conv
+    (its weight's dim 0) and Reshape(·, Shape(u)) (u's), through same-shape and broadcasting ops."""
+    shape = g.shape(t, infer=False)
+    if shape is not None and len(shape) == rank and isinstance(shape[1], int):
+        return shape[1]
+    node = t.inputs[0] if len(t.inputs) == 1 else None
+    if node is not None and depth > 0 and node.domain in ("", "ai.onnx") and node.inputs:
+        if node.op in _KEEPS_SHAPE:
+            return _proven_channels(g, node.inputs[0], rank, ctx, depth - 1)
+        if node.op in _BROADCASTS:
+            dims = [_proven_channels(g, i, rank, ctx, depth - 1) if _proven_rank(g, i) == rank else None
+                    for i in node.inputs]  # fmt: skip
+            known = [d for d in dims if d is not None and d != 1]
+            if known:
+                return known[0]  # the others are 1 or that size, else the op fails
+        if node.op == "Conv" and len(node.inputs) > 1:
+            w = g.fixed_shape(node.inputs[1])
+            if w is not None and len(w) == rank:
+                return int(w[0])
+        if node.op == "Reshape" and len(node.inputs) > 1:
+            src = node.inputs[1].inputs[0] if len(node.inputs[1].inputs) == 1 else None
+            if src is not None and src.op == "Shape" and not src.attrs.get("start") and src.attrs.get("end") is None:
+                return _proven_channels(g, src.inputs[0], rank, ctx, depth - 1)
+            if src is not None and src.op == "Concat" and int(src.attrs.get("axis", 0)) in (0, -1):
+                # view(batch, channels, -1) as diffusers' attention writes it: piece 1 of the shape.
+                d = _shape_piece(g, src, 1, ctx, depth - 1)
+                if d is not None:
+                    return d
+    return _proven_dim(g, t, 1 - rank, ctx.scope)
+
+
+def _unsqueezed_scalar(g, t: Tensor) -> bool:
+    """t = Unsqueeze(Gather(v, scalar index)): one element."""
+    n = t.inputs[0] if len(t.inputs) == 1 else None
+    if n is None or n.op != "Unsqueeze" or not n.inputs:
+        return False
+    gather = n.inputs[0].inputs[0] if len(n.inputs[0].inputs) == 1 else None
+    if gather is None or gather.op != "Gather" or len(gather.inputs) < 2:
+        return False
+    idx = g.fixed_shape(gather.inputs[1])
+    return idx is not None and len(idx) == 0
+
+
+def _shape_piece(g, concat, index: int, ctx: Context, depth: int) -> int | None:
+    """Element ``index`` of a Concat of one-element pieces building a shape: a positive constant,
+    or Unsqueeze(Gather(Shape(u), 1)) with u's channels proven."""
+    pieces = list(concat.inputs)
+    for p in pieces[:index + 1]:
+        fixed = g.fixed_shape(p)
+        if not ((fixed is not None and list(fixed) == [1]) or _unsqueezed_scalar(g, p)):
+            return None
+    piece = pieces[index] if index < len(pieces) else None
+    if piece is None:
+        return None
+    value = g.constant_value(piece)
+    if value is not None:
+        v = int(np.asarray(value).reshape(-1)[0])
+        return v if v > 0 else None
+    uns = piece.inputs[0]
+    gather = uns.inputs[0].inputs[0] if uns.inputs and len(uns.inputs[0].inputs) == 1 else None
+    if gather is None or gather.op != "Gather" or int(gather.attrs.get("axis", 0)) != 0:
+        return None
+    idx = g.constant_value(gather.inputs[1])
+    shape_node = gather.inputs[0].inputs[0] if len(gather.inputs[0].inputs) == 1 else None
+    if idx is None or idx.size != 1 or int(idx.reshape(-1)[0]) != 1 or shape_node is None or shape_node.op != "Shape":
+        return None
+    if shape_node.attrs.get("start") or shape_node.attrs.get("end") is not None:
+        return None
+    u = shape_node.inputs[0]
+    r = _proven_rank(g, u)
+    return None if r is None or r < 2 else _proven_channels(g, u, r, ctx, depth)
 
 
 def _check_param(g, p: Tensor, label: str, rank: int, channels: int, groups: int, per_group: bool, opset: int,

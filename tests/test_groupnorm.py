@@ -208,3 +208,34 @@ def test_gamma_varying_along_spatial_stays_outside():
     _close(m, r.model, f)
     reasons = [x.reason for x in fusion.inspect(m, ["groupnorm"]).near_misses]
     assert any("varies along axis 2" in x for x in reasons), reasons
+
+
+def test_symbolic_channels_refused():
+    """C symbolic in x's shape, nothing forces it: a C of 1 would broadcast γ in the original."""
+    f = GN(shape=("N", "C", 5, 6))
+    r = fusion.inspect(build(f), ["groupnorm"])
+    assert not r.fusions
+    assert any("the channel count of 'x' ('C') is not static" in x.reason for x in r.near_misses), r.near_misses
+
+
+def test_channels_and_rank_proven_through_conv():
+    """x = Conv(input), nothing annotated.  (Where ONNX shape inference loses the rank, after a
+    Reshape(·, Shape(x)), the Conv's weight proves rank and channels: the second and third
+    GroupNorm of every resnet_gn fixture, tests/test_groupnorm_fixtures.py.)"""
+    from .builders import G
+
+    g = G(13)
+    inp = g.input("inp", onnx.TensorProto.FLOAT, ["N", 3, 5, 6])
+    x = g.op("Conv", inp, g.const(np.random.default_rng(0).standard_normal((16, 3, 1, 1)).astype(np.float32)))
+    v = g.op("Reshape", x, g.const(np.array([0, 4, -1], np.int64)))
+    n = g.op("InstanceNormalization", v, g.const(np.ones(4, np.float32)), g.const(np.zeros(4, np.float32)), epsilon=1e-5)
+    y = g.op("Reshape", n, g.op("Shape", x))
+    y = g.op("Add", g.op("Mul", y, g.const(np.full((16, 1, 1), 1.5, np.float32))), g.const(np.full((16, 1, 1), 0.5, np.float32)))
+    y = g.op("Mul", y, g.op("Sigmoid", y))
+    g.output(y, onnx.TensorProto.FLOAT)
+    m = g.model(infer=False)
+    r = fusion.run(m, ["groupnorm"])
+    assert r.counts() == {"groupnorm": 1}, r.near_misses
+    feeds = {"inp": np.random.default_rng(1).standard_normal((2, 3, 5, 6)).astype(np.float32)}
+    a, b = run(m, feeds)[0], run(r.model, feeds)[0]
+    assert np.abs(a - b).max() < 1e-5
