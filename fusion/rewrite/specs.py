@@ -317,7 +317,8 @@ FUSED_GROUP_NORM = PluginSpec(
 )
 
 # Shipped in TensorRT's libnvinfer_plugin (8.x).  Read from TensorRT OSS
-# plugin/groupNormalizationPlugin (the cuDNN version of the 8.x releases): creator
+# plugin/groupNormalizationPlugin/groupNormalizationPlugin.cpp, the cuDNN implementation (commit
+# 09dce45; not checked against the 8.5.3 tag itself, nor run on TensorRT 8.5.3): creator
 # "GroupNormalizationPlugin" v1, fields eps (kFLOAT32) and num_groups (kINT32); three inputs
 # (input, scale, bias), every one fp32 and linear (supportsFormatCombination); scale and bias
 # per channel (scaleShiftChannelsInplace over C); configurePlugin asserts that no input dim is
