@@ -260,8 +260,10 @@ def _proven_rank(g, t: Tensor, depth: int = 24) -> int | None:
     node = t.inputs[0] if len(t.inputs) == 1 else None
     if node is None or depth == 0 or node.domain not in ("", "ai.onnx") or not node.inputs:
         return None
-    if node.op in _KEEPS_SHAPE:
+    if node.op in _KEEPS_SHAPE or node.op == "Transpose":
         return _proven_rank(g, node.inputs[0], depth - 1)
+    if node.op == "Concat":  # every input has the output's rank
+        return next((r for r in (_proven_rank(g, i, depth - 1) for i in node.inputs) if r is not None), None)
     if node.op in _BROADCASTS:
         ranks = [_proven_rank(g, i, depth - 1) for i in node.inputs]
         return None if None in ranks else max(ranks)
@@ -272,6 +274,8 @@ def _proven_rank(g, t: Tensor, depth: int = 24) -> int | None:
         src = node.inputs[1].inputs[0] if len(node.inputs[1].inputs) == 1 else None
         if src is not None and src.op == "Shape" and not src.attrs.get("start") and src.attrs.get("end") is None:
             return _proven_rank(g, src.inputs[0], depth - 1)
+        if src is not None and src.op == "Concat" and all(_one_element(g, p) for p in src.inputs):
+            return len(src.inputs)
         target = g.fixed_shape(node.inputs[1])
         return None if target is None or len(target) != 1 else int(target[0])
     return None
@@ -297,6 +301,10 @@ def _proven_channels(g, t: Tensor, rank: int, ctx: Context, depth: int = 24) -> 
             w = g.fixed_shape(node.inputs[1])
             if w is not None and len(w) == rank:
                 return int(w[0])
+        if node.op == "Concat" and int(node.attrs.get("axis", 0)) in (1, 1 - rank):  # torch.cat of skips
+            parts = [_proven_channels(g, i, rank, ctx, depth - 1) for i in node.inputs]
+            if None not in parts:
+                return sum(parts)
         if node.op == "Reshape" and len(node.inputs) > 1:
             src = node.inputs[1].inputs[0] if len(node.inputs[1].inputs) == 1 else None
             if src is not None and src.op == "Shape" and not src.attrs.get("start") and src.attrs.get("end") is None:
@@ -309,26 +317,40 @@ def _proven_channels(g, t: Tensor, rank: int, ctx: Context, depth: int = 24) -> 
     return _proven_dim(g, t, 1 - rank, ctx.scope)
 
 
+def _one_element(g, t: Tensor) -> bool:
+    fixed = g.fixed_shape(t)
+    return (fixed is not None and list(fixed) == [1]) or _unsqueezed_scalar(g, t)
+
+
 def _unsqueezed_scalar(g, t: Tensor) -> bool:
-    """t = Unsqueeze(Gather(v, scalar index)): one element."""
+    """t = Unsqueeze(s) of a scalar s: one element."""
     n = t.inputs[0] if len(t.inputs) == 1 else None
-    if n is None or n.op != "Unsqueeze" or not n.inputs:
+    return n is not None and n.op == "Unsqueeze" and bool(n.inputs) and _scalar(g, n.inputs[0])
+
+
+def _scalar(g, t: Tensor, depth: int = 6) -> bool:
+    """A 0-d tensor: a constant, Gather(Shape(u), scalar index), or arithmetic / Cast of those."""
+    fixed = g.fixed_shape(t)
+    if fixed is not None:
+        return len(fixed) == 0
+    n = t.inputs[0] if len(t.inputs) == 1 else None
+    if n is None or depth == 0 or not n.inputs:
         return False
-    gather = n.inputs[0].inputs[0] if len(n.inputs[0].inputs) == 1 else None
-    if gather is None or gather.op != "Gather" or len(gather.inputs) < 2:
-        return False
-    idx = g.fixed_shape(gather.inputs[1])
-    return idx is not None and len(idx) == 0
+    if n.op == "Gather" and len(n.inputs) == 2:
+        idx = g.fixed_shape(n.inputs[1])
+        data = n.inputs[0].inputs[0] if len(n.inputs[0].inputs) == 1 else None
+        return idx is not None and len(idx) == 0 and data is not None and data.op == "Shape"
+    if n.op in ("Mul", "Add", "Sub", "Div", "Cast"):
+        return all(_scalar(g, i, depth - 1) for i in n.inputs)
+    return False
 
 
 def _shape_piece(g, concat, index: int, ctx: Context, depth: int) -> int | None:
     """Element ``index`` of a Concat of one-element pieces building a shape: a positive constant,
     or Unsqueeze(Gather(Shape(u), 1)) with u's channels proven."""
     pieces = list(concat.inputs)
-    for p in pieces[:index + 1]:
-        fixed = g.fixed_shape(p)
-        if not ((fixed is not None and list(fixed) == [1]) or _unsqueezed_scalar(g, p)):
-            return None
+    if not all(_one_element(g, p) for p in pieces[:index + 1]):
+        return None
     piece = pieces[index] if index < len(pieces) else None
     if piece is None:
         return None
