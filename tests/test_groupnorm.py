@@ -66,10 +66,8 @@ def test_affine_optional():
         _close(m, r.model, f)
 
 
-def test_silu_and_plain_norms_in_one_model_share_a_body():
-    """The body reads silu at run time (Where), so nodes with silu 0 and 1 share one function."""
-    a, b = build(GN(silu="xs")), build(GN())
-    # Chain b's norm after a's output: rename b's input to a's output.
+def _chain(a: onnx.ModelProto, b: onnx.ModelProto) -> onnx.ModelProto:
+    """b's norm after a's output, in one model."""
     g = a.graph
     prefix = "b_"
     out_a = g.output[0].name
@@ -84,12 +82,28 @@ def test_silu_and_plain_norms_in_one_model_share_a_body():
     del g.output[:]
     g.output.extend([helper.make_tensor_value_info(prefix + b.graph.output[0].name, onnx.TensorProto.FLOAT, ["N", 16, 5, 6])])
     g.value_info.append(helper.make_tensor_value_info(out_a, onnx.TensorProto.FLOAT, ["N", 16, 5, 6]))
-    r = fusion.run(a, ["groupnorm"])
+    return a
+
+
+def test_silu_and_plain_norms_in_one_model_share_a_body():
+    """The body reads silu at run time (Where), so nodes with silu 0 and 1 share one function."""
+    m = _chain(build(GN(silu="xs")), build(GN()))
+    r = fusion.run(m, ["groupnorm"])
     assert r.counts() == {"groupnorm": 2}, r.near_misses
     assert sorted(helper.get_attribute_value(a) for n in _nodes(r.model, "FusedGroupNorm") for a in n.attribute
                   if a.name == "silu") == [0, 1]  # fmt: skip
     assert len(r.model.functions) == 1
-    _close(a, r.model, GN())
+    _close(m, r.model, GN())
+
+
+def test_opset_11_bakes_int_fields_and_refuses_a_second_value():
+    """Before opset 12 a body cannot read an INT field: num_groups is baked, so a second norm with
+    other groups cannot share the body and stays, saying why."""
+    m = _chain(build(GN(opset=11)), build(GN(opset=11, groups=2)))
+    r = fusion.run(m, ["groupnorm"])
+    assert r.counts() == {"groupnorm": 1}
+    assert any("nodes differ in 'num_groups'" in x.reason for x in r.near_misses), r.near_misses
+    _close(m, r.model, GN())
 
 
 def test_silu_not_fused_when_the_norm_output_is_read_elsewhere():
