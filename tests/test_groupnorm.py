@@ -253,3 +253,20 @@ def test_channels_and_rank_proven_through_conv():
     feeds = {"inp": np.random.default_rng(1).standard_normal((2, 3, 5, 6)).astype(np.float32)}
     a, b = run(m, feeds)[0], run(r.model, feeds)[0]
     assert np.abs(a - b).max() < 1e-5
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_overridable_scale_is_passed_through_not_baked(opset):
+    """γ/β initializers that are also graph inputs: fed values still work (opset 18 repeats the
+    per-group values per channel with Reshape/Expand in the graph, never by reading them)."""
+    f = GN(form="groupnorm", opset=opset, silu="xs")
+    m = build(f)
+    for name in ("gamma", "beta"):
+        init = next(t for t in m.graph.initializer if t.name == name)
+        m.graph.input.append(helper.make_tensor_value_info(name, init.data_type, list(init.dims)))
+    r = fusion.run(m, ["groupnorm"])
+    assert r.counts() == {"groupnorm": 1}, r.near_misses
+    n = 4 if opset == 18 else 16
+    feed = {**feeds(f), "gamma": np.linspace(-1, 2, n).astype(np.float32), "beta": np.linspace(1, -1, n).astype(np.float32)}
+    a, b = run(m, feed)[0], run(r.model, feed)[0]
+    assert np.abs(a - b).max() < 1e-5
