@@ -7,6 +7,6 @@ from __future__ import annotations
 
 from fusion.rewrite.rules import Rule
 
-from . import gemm, layernorm, rmsnorm
+from . import gemm, groupnorm, layernorm, rmsnorm
 
-RULES: list[Rule] = [layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE, gemm.RULE]
+RULES: list[Rule] = [layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE, gemm.RULE, groupnorm.RULE]

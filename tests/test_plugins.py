@@ -97,7 +97,7 @@ def test_describe_reports_each_creator(built):
 
 
 def _mutations():
-    ln, rms, fc = fusion_specs()
+    ln, rms, fc = fusion_specs()[:3]
     extra = Field("extra", FieldType.INT, "not in the library", default=0)
     yield "version", [dataclasses.replace(ln, version="2"), rms, fc], "FusedLayerNorm: no creator with version '2'"
     yield "namespace", [ln, dataclasses.replace(rms, namespace="other"), fc], "FusedRMSNorm: no creator"
@@ -245,7 +245,7 @@ def _nvrtc():
     return ctypes.CDLL(str(lib))
 
 
-@pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "fc"])
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "fc", "groupnorm"])
 def test_kernel_sources_compile_with_nvrtc(name):
     nvrtc = _nvrtc()
     options = [*pl.kernel_compile_options(), "-arch=compute_90"]
@@ -382,3 +382,25 @@ def test_trt8_readme_table_is_current():
     assert pl._readme_with_table(text) == text, "run: python -m fusion.plugins.library readme"
     for spec in fusion_specs():
         assert f"| `{spec.op_type}` | {spec.version} | `{spec.namespace}` |" in text
+
+
+def _groupnorm_mutations():
+    specs = list(fusion_specs())
+    i = next(k for k, s in enumerate(specs) if s.op_type == "FusedGroupNorm")
+    gn = specs[i]
+
+    def swap(new):
+        return specs[:i] + [new] + specs[i + 1:]
+
+    yield "gn dropped silu", swap(dataclasses.replace(gn, fields=gn.fields[:2])), "extra field 'silu'"
+    yield "gn num_groups type", swap(dataclasses.replace(gn, fields=(gn.fields[0], dataclasses.replace(
+        gn.fields[1], type=FieldType.FLOAT), gn.fields[2]))), "field 'num_groups' is"  # fmt: skip
+    yield "gn version", swap(dataclasses.replace(gn, version="2")), "FusedGroupNorm: no creator with version '2'"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("what,specs,expected", list(_groupnorm_mutations()), ids=[m[0] for m in _groupnorm_mutations()])
+def test_groupnorm_wrong_spec_is_reported(built, built8, what, specs, expected):
+    for lib in (built, built8):
+        problems = pl.check_library(lib, specs)
+        assert any(expected in p for p in problems), (lib.name, problems)

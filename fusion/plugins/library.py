@@ -75,7 +75,7 @@ class Flavour:
 
 # The IPluginV3 interface layer (the TRT8 layer lives in plugin_src/trt8/).
 V3_GLUE = ("common/NormPlugin.cpp", "common/entry.cpp", "fc/FcPlugin.cpp", "layernorm/LayerNormPlugin.cpp",
-           "rmsnorm/RmsNormPlugin.cpp")  # fmt: skip
+           "rmsnorm/RmsNormPlugin.cpp", "groupnorm/GroupNormPlugin.cpp")  # fmt: skip
 FLAVOURS = {
     10: Flavour(10, LIB_NAME, DESCRIBE_NAME, "describe.cpp", STAMP_NAME, "include", EXPORTS,
                 CREATOR_INTERFACE[:2], PLUGIN_INTERFACE[:2], ("trt8/",)),  # fmt: skip
@@ -760,6 +760,7 @@ def kernel_sources() -> dict[str, Path]:
         "layernorm": src / "layernorm" / "layerNormKernel.cu",
         "rmsnorm": src / "rmsnorm" / "rmsNormKernel.cu",
         "fc": src / "fc" / "fcKernel.cu",
+        "groupnorm": src / "groupnorm" / "groupNormKernel.cu",
     }
 
 
@@ -873,6 +874,32 @@ def library_norm_plan(
     rc = fn(NORM_OPS.index(op), list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), name, 64,
             ctypes.byref(grid), ctypes.byref(block))  # fmt: skip
     return None if rc != 0 else (name.value.decode(), grid.value, block.value)
+
+
+GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
+
+
+def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int) -> tuple[str, int, int]:
+    """(kernel name, grid, block) the FusedGroupNorm plugin uses (see groupnorm/groupNormLaunch.cu)."""
+    if dtype not in GROUPNORM_DTYPES or groups <= 0 or channels % groups:
+        raise ValueError(f"no groupnorm launch for {dtype}, {channels} channels in {groups} groups")
+    rows, cols = n * groups, channels // groups * spatial
+    if rows <= 0 or cols <= 0:
+        raise ValueError(f"nothing to launch for rows={rows} cols={cols}")
+    threads = min(1024, max(32, _ceil_div(_ceil_div(cols, 4), 32) * 32))
+    return f"fusion_groupnorm_{GROUPNORM_DTYPES[dtype]}", min(rows, _INT_MAX), threads
+
+
+def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
+                     groups: int, spatial: int, eps: float, silu: bool) -> str:  # fmt: skip
+    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream)."""
+    import numpy as np  # noqa: PLC0415
+
+    name, grid, block = groupnorm_launch_config(dtype, n, channels, groups, spatial)
+    args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
+            np.float32(eps), np.int32(int(silu)))  # fmt: skip
+    module.get_function(name)((grid,), (block,), args)
+    return name
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

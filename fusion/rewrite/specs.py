@@ -293,3 +293,52 @@ TRT_FC = PluginSpec(
 )
 
 SPECS = SPECS + (TRT_FC,)
+
+# GroupNorm (issue 12).  X is [N, C, *spatial]; the C channels split into num_groups groups of
+# C / num_groups consecutive channels, each normalized over its channels and spatial dims.
+FUSED_GROUP_NORM = PluginSpec(
+    op_type="FusedGroupNorm",
+    version="1",
+    namespace="fusion",
+    inputs=(
+        Port("X", "input [N, C, *spatial], fp32/fp16"),
+        Port("Scale", "γ per channel [C], same type as X"),
+        Port("B", "β per channel [C], same type as X"),
+    ),
+    outputs=(Port("Y", "normalized output, same type and shape as X"),),
+    fields=(
+        _EPS,
+        Field("num_groups", FieldType.INT, "G, the number of groups; divides C"),
+        Field("silu", FieldType.INT, "1: Y = Y * sigmoid(Y) after the affine (fused SiLU)", default=0, choices=(0, 1)),
+    ),
+    doc="Y = (X - mean_g) / sqrt(var_g + epsilon) * Scale[c] + B[c] per group g of C / num_groups channels, "
+    "then SiLU if silu = 1; fp32 statistics.",
+    source_dir="groupnorm",
+)
+
+# Shipped in TensorRT's libnvinfer_plugin (8.x).  Read from TensorRT OSS
+# plugin/groupNormalizationPlugin/groupNormalizationPlugin.cpp, the cuDNN implementation (commit
+# 09dce45; not checked against the 8.5.3 tag itself, nor run on TensorRT 8.5.3): creator
+# "GroupNormalizationPlugin" v1, fields eps (kFLOAT32) and num_groups (kINT32); three inputs
+# (input, scale, bias), every one fp32 and linear (supportsFormatCombination); scale and bias
+# per channel (scaleShiftChannelsInplace over C); configurePlugin asserts that no input dim is
+# dynamic (-1), so the emitter uses it only on fully static shapes.
+TRT_GROUP_NORM = PluginSpec(
+    op_type="GroupNormalizationPlugin",
+    version="1",
+    namespace="",
+    inputs=(
+        Port("input", "[N, C, *spatial], fp32, static shape"),
+        Port("scale", "γ per channel [C], fp32"),
+        Port("bias", "β per channel [C], fp32"),
+    ),
+    outputs=(Port("output", "normalized output"),),
+    fields=(
+        Field("eps", FieldType.FLOAT, "added to the variance before the square root"),
+        Field("num_groups", FieldType.INT, "G, the number of groups"),
+    ),
+    doc="TensorRT's shipped GroupNorm plugin (cuDNN batch norm over [1, N*G, C/G, HW], then a per-channel affine).",
+    provider="tensorrt",
+)
+
+SPECS = SPECS + (FUSED_GROUP_NORM, TRT_GROUP_NORM)

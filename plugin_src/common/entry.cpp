@@ -3,6 +3,7 @@
 // libnvinfer, so the library links without it.
 #include "common/pluginUtils.h"
 #include "fc/FcPlugin.h"
+#include "groupnorm/GroupNormPlugin.h"
 #include "layernorm/LayerNormPlugin.h"
 #include "rmsnorm/RmsNormPlugin.h"
 
@@ -18,7 +19,8 @@ FUSION_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbC
     static fusion::LayerNormPluginCreator layerNorm;
     static fusion::RmsNormPluginCreator rmsNorm;
     static fusion::FcPluginCreator fc;
-    static nvinfer1::IPluginCreatorInterface* const creators[] = {&layerNorm, &rmsNorm, &fc};
+    static fusion::GroupNormPluginCreator groupNorm;
+    static nvinfer1::IPluginCreatorInterface* const creators[] = {&layerNorm, &rmsNorm, &fc, &groupNorm};
     nbCreators = static_cast<int32_t>(sizeof(creators) / sizeof(creators[0]));
     return creators;
 }

@@ -107,5 +107,31 @@ constexpr char const* kACTIVATION_CHOICES[] = {"none", "relu", "gelu_erf", "gelu
 constexpr int32_t kNB_ACTIVATION_CHOICES = 4;
 } // namespace fused_fc
 
+// Y = (X - mean_g) / sqrt(var_g + epsilon) * Scale[c] + B[c] per group g of C / num_groups channels, then SiLU if silu = 1; fp32 statistics.
+namespace fused_group_norm
+{
+constexpr FieldSpec kFIELDS[] = {
+    {"epsilon", nvinfer1::PluginFieldType::kFLOAT32, 1, true},
+    {"num_groups", nvinfer1::PluginFieldType::kINT32, 1, true},
+    {"silu", nvinfer1::PluginFieldType::kINT32, 1, false},
+};
+constexpr PluginSpec kSPEC{"FusedGroupNorm", "1", "fusion", 3, 3, 1, 3, kFIELDS};
+enum Field : int32_t
+{
+    kEPSILON = 0,
+    kNUM_GROUPS = 1,
+    kSILU = 2,
+};
+enum Input : int32_t
+{
+    kINPUT_X = 0,
+    kINPUT_SCALE = 1,
+    kINPUT_B = 2,
+};
+constexpr int32_t kSILU_DEFAULT = 0;
+constexpr int32_t kSILU_CHOICES[] = {0, 1};
+constexpr int32_t kNB_SILU_CHOICES = 2;
+} // namespace fused_group_norm
+
 } // namespace specs
 } // namespace fusion

@@ -359,6 +359,44 @@ std::vector<double> normReference(bool rms, HostTensor const& x, HostTensor cons
     return y;
 }
 
+// GroupNorm of x [n, c, *spatial]: groups of c / groups channels, per-channel affine, optional SiLU.
+std::vector<double> groupNormReference(HostTensor const& x, HostTensor const& g, HostTensor const& b, int64_t groups,
+    double eps, bool silu)
+{
+    int64_t const channels = x.shape[1];
+    int64_t const spatial = numel(x.shape) / (x.shape[0] * channels);
+    int64_t const cols = channels / groups * spatial;
+    int64_t const rows = numel(x.shape) / cols;
+    std::vector<double> y(x.values.size());
+    for (int64_t r = 0; r < rows; ++r)
+    {
+        double const* xr = &x.values[static_cast<size_t>(r * cols)];
+        double mean = 0;
+        for (int64_t i = 0; i < cols; ++i)
+        {
+            mean += xr[i];
+        }
+        mean /= static_cast<double>(cols);
+        double var = 0;
+        for (int64_t i = 0; i < cols; ++i)
+        {
+            var += (xr[i] - mean) * (xr[i] - mean);
+        }
+        double const inv = 1.0 / std::sqrt(var / static_cast<double>(cols) + eps);
+        for (int64_t i = 0; i < cols; ++i)
+        {
+            size_t const c = static_cast<size_t>((r % groups) * (channels / groups) + i / spatial);
+            double v = (xr[i] - mean) * inv * g.values[c] + b.values[c];
+            if (silu)
+            {
+                v = v / (1.0 + std::exp(-v));
+            }
+            y[static_cast<size_t>(r * cols + i)] = v;
+        }
+    }
+    return y;
+}
+
 std::vector<double> fcReference(HostTensor const& x, HostTensor const& w, HostTensor const& b, int64_t n, bool transW,
     double alpha, std::string const& act)
 {
@@ -928,6 +966,53 @@ std::vector<Case> fcCases()
     return cases;
 }
 
+std::vector<Case> groupNormCases()
+{
+    std::vector<Case> cases;
+    struct S
+    {
+        Shape x;
+        int64_t groups;
+        double eps;
+    };
+    // 32 groups of a UNet block; odd sizes (C / G = 6, spatial 7); rank 2 (spatial 1).
+    S const shapes[] = {{{2, 64, 8, 8}, 32, 1e-5}, {{3, 30, 7}, 5, 1e-6}, {{4, 16}, 4, 1e-3}};
+    for (DataType t : {DataType::kFLOAT, DataType::kHALF})
+    {
+        for (S const& s : shapes)
+        {
+            for (int silu : {0, 1})
+            {
+                Case c;
+                c.plugin = specs::fused_group_norm::kSPEC.name;
+                c.type = t;
+                c.fields = {{"epsilon", num(s.eps)}, {"num_groups", std::to_string(s.groups)},
+                    {"silu", std::to_string(silu)}};
+                Shape const ch{s.x[1]};
+                c.inputs = {s.x, ch, ch};
+                c.output = s.x;
+                c.label = "groups=" + std::to_string(s.groups) + " silu=" + std::to_string(silu);
+                int64_t const groups = s.groups;
+                double const eps = s.eps;
+                c.reference = [groups, eps, silu](std::vector<HostTensor> const& h) {
+                    return groupNormReference(h[0], h[1], h[2], groups, eps, silu != 0);
+                };
+                DataType const type = t;
+                c.makeInputs = [type, s, ch](std::mt19937& rng) {
+                    std::vector<HostTensor> h;
+                    h.push_back(randomTensor(type, s.x, rng, -2.F, 2.F, 8.F)); // a large mean: two-pass variance
+                    h.push_back(randomTensor(type, ch, rng, -1.5F, 1.5F));
+                    h.push_back(randomTensor(type, ch, rng, -1.5F, 1.5F));
+                    return h;
+                };
+                tolerances(c, false);
+                cases.push_back(std::move(c));
+            }
+        }
+    }
+    return cases;
+}
+
 // Fields and shapes that must be refused (CPU only).
 std::vector<std::pair<std::string, bool>> negativeChecks()
 {
@@ -965,6 +1050,23 @@ std::vector<std::pair<std::string, bool>> negativeChecks()
         auto in = dynamicDescs({{4, 32}, {31, 16}, {16}}, DataType::kHALF, false);
         auto o = dynamicDescs({{4, 16}}, DataType::kHALF, false);
         out.emplace_back("fc weight of wrong shape", b != nullptr && b->configurePlugin(in.data(), 3, o.data(), 1) != 0);
+    }
+    {
+        std::string const gn = specs::fused_group_norm::kSPEC.name;
+        out.emplace_back("gn silu 2",
+            refused(create(gn, {{"epsilon", "1e-5"}, {"num_groups", "4"}, {"silu", "2"}}, TensorRTPhase::kBUILD)));
+        out.emplace_back("gn num_groups 0",
+            refused(create(gn, {{"epsilon", "1e-5"}, {"num_groups", "0"}}, TensorRTPhase::kBUILD)));
+        out.emplace_back("gn without num_groups", refused(create(gn, {{"epsilon", "1e-5"}}, TensorRTPhase::kBUILD)));
+        std::unique_ptr<IPluginV3> p(create(gn, {{"epsilon", "1e-5"}, {"num_groups", "3"}}, TensorRTPhase::kBUILD));
+        auto* b = cap<IPluginV3OneBuild>(p.get(), PluginCapabilityType::kBUILD);
+        auto in = dynamicDescs({{2, 16, 4}, {16}, {16}}, DataType::kFLOAT, false);
+        auto o = dynamicDescs({{2, 16, 4}}, DataType::kFLOAT, false);
+        out.emplace_back("gn groups not dividing channels", b != nullptr && b->configurePlugin(in.data(), 3, o.data(), 1) != 0);
+        std::unique_ptr<IPluginV3> p2(create(gn, {{"epsilon", "1e-5"}, {"num_groups", "4"}}, TensorRTPhase::kBUILD));
+        auto* b2 = cap<IPluginV3OneBuild>(p2.get(), PluginCapabilityType::kBUILD);
+        auto in2 = dynamicDescs({{2, 16, 4}, {8}, {16}}, DataType::kFLOAT, false);
+        out.emplace_back("gn scale of wrong size", b2 != nullptr && b2->configurePlugin(in2.data(), 3, o.data(), 1) != 0);
     }
     gFinder.logger.verbose = true;
     return out;
@@ -1223,6 +1325,10 @@ int main(int argc, char** argv)
     std::mt19937 rng(1234);
     std::vector<Case> cases = normCases();
     for (auto& c : fcCases())
+    {
+        cases.push_back(std::move(c));
+    }
+    for (auto& c : groupNormCases())
     {
         cases.push_back(std::move(c));
     }

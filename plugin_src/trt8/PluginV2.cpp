@@ -338,4 +338,72 @@ char const* PluginCreatorV2::getPluginNamespace() const noexcept
     return mNamespace.c_str();
 }
 
+// ------------------------------------------------------------------ GroupNormPluginV2
+
+GroupNormPluginV2::GroupNormPluginV2(GroupNormConfig const& config)
+    : SpecPluginV2(GroupNormConfig::spec())
+    , mCfg(config)
+{
+}
+
+SpecPluginV2* GroupNormPluginV2::create(PluginFieldCollection const* fc)
+{
+    GroupNormConfig cfg;
+    return GroupNormConfig::fromFields(fc, cfg) ? new GroupNormPluginV2(cfg) : nullptr;
+}
+
+IPluginV2DynamicExt* GroupNormPluginV2::clone() const noexcept
+{
+    return new (std::nothrow) GroupNormPluginV2(*this);
+}
+
+DimsExprs GroupNormPluginV2::getOutputDimensions(
+    int32_t outputIndex, DimsExprs const* inputs, int32_t nbInputs, IExprBuilder& /*exprBuilder*/) noexcept
+{
+    if (outputIndex != 0 || nbInputs != 3 || inputs[0].nbDims < 2)
+    {
+        logError(std::string(mSpec.name) + ": bad inputs for the output shape");
+        return DimsExprs{};
+    }
+    return inputs[0];
+}
+
+bool GroupNormPluginV2::supportsFormatCombination(
+    int32_t pos, PluginTensorDesc const* inOut, int32_t nbInputs, int32_t nbOutputs) noexcept
+{
+    if (inOut == nullptr || pos < 0 || pos >= nbInputs + nbOutputs)
+    {
+        return false;
+    }
+    return GroupNormConfig::supportsFormat(pos, inOut[pos], inOut[0].type);
+}
+
+void GroupNormPluginV2::configurePlugin(
+    DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* /*out*/, int32_t nbOutputs) noexcept
+{
+    Dims dims[3];
+    bool known = false;
+    if (nbOutputs == 1 && collectDims(in, nbInputs, dims, known))
+    {
+        mCfg.checkShapes(dims, nbInputs); // logs what does not fit; enqueue checks again
+    }
+}
+
+size_t GroupNormPluginV2::getWorkspaceSize(
+    PluginTensorDesc const* /*inputs*/, int32_t /*nbInputs*/, PluginTensorDesc const* /*outputs*/, int32_t /*nbOutputs*/) const noexcept
+{
+    return 0;
+}
+
+int32_t GroupNormPluginV2::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* /*outputDesc*/,
+    void const* const* inputs, void* const* outputs, void* /*workspace*/, cudaStream_t stream) noexcept
+{
+    return mCfg.enqueue(inputDesc[0], inputs, outputs, stream);
+}
+
+void GroupNormPluginV2::writeFields(FieldWriter& w)
+{
+    mCfg.writeFields(w);
+}
+
 } // namespace fusion

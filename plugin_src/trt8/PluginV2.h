@@ -7,6 +7,7 @@
 
 #include "common/normCore.h"
 #include "fc/fcCore.h"
+#include "groupnorm/groupNormCore.h"
 
 #include <memory>
 #include <string>
@@ -102,7 +103,32 @@ private:
     std::unique_ptr<LtGemm> mGemm; // per instance: TensorRT clones one per context
 };
 
-// One creator class for all three: the spec says who it is, `make` builds the plugin.
+class GroupNormPluginV2 final : public SpecPluginV2
+{
+public:
+    explicit GroupNormPluginV2(GroupNormConfig const& config);
+    static SpecPluginV2* create(nvinfer1::PluginFieldCollection const* fc);
+
+    nvinfer1::IPluginV2DynamicExt* clone() const noexcept override;
+    nvinfer1::DimsExprs getOutputDimensions(int32_t outputIndex, nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
+        nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+    bool supportsFormatCombination(
+        int32_t pos, nvinfer1::PluginTensorDesc const* inOut, int32_t nbInputs, int32_t nbOutputs) noexcept override;
+    void configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    size_t getWorkspaceSize(nvinfer1::PluginTensorDesc const* inputs, int32_t nbInputs,
+        nvinfer1::PluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
+        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
+
+protected:
+    void writeFields(FieldWriter& w) override;
+
+private:
+    GroupNormConfig mCfg;
+};
+
+// One creator class for all of them: the spec says who it is, `make` builds the plugin.
 class PluginCreatorV2 final : public nvinfer1::IPluginCreator
 {
 public:

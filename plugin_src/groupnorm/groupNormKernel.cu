@@ -1,0 +1,5 @@
+// GroupNorm kernels (fp32, fp16): the extern "C" entry points of groupNormKernels.cuh.
+// No TensorRT here, so cupy.RawModule compiles this file as is (include path: plugin_src/).
+#include "groupnorm/groupNormKernels.cuh"
+
+FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DEFINE)
