@@ -34,16 +34,23 @@ from onnx import helper
 
 from fusion.ir.graph import FLOAT_TYPES, FLOAT_WIDTH
 from fusion.ir.view import Tensor
-from fusion.match.pattern import Const, Match, Op, Var
+from fusion.match.pattern import Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import specs
 from fusion.rewrite.editor import Emitter, Reject
 from fusion.rewrite.rules import Context, Rule
 
 from . import _gn_body
 from ._constants import check_constant_rank, check_overridable
-from ._norm import _normalized_axes, _proven_dim, cast, compute_types, plus_eps, reduce_mean
+from ._norm import _normalized_axes, _proven_dim, cast, compute_types, plus_eps
 
 _gn_body.register()
+
+
+
+def reduce_mean(x: Pattern, name: str) -> Op:
+    """ReduceMean with axes as an attribute (opset < 18) or as a constant input (opset >= 18)."""
+    return Op("ReduceMean", x, Opt(Const()), name=name)
+
 
 FLOAT, FLOAT16, DOUBLE = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE
 
