@@ -168,8 +168,8 @@ def _proven_dim(g, t: Tensor, axis: int, scope, depth: int = 48, assume: dict | 
 
 
 def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: dict) -> int | None:
-    if id(t) in assume:
-        return assume[id(t)]
+    if (id(t), axis) in assume:
+        return assume[(id(t), axis)]
     shape = g.fixed_shape(t)
     if shape is None:
         shape = g.shape(t, infer=False)
@@ -182,14 +182,14 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
         return None
     node = producer(t)
     if node is None:
-        return _proven_at_calls(g, t, axis, scope, depth - 1, memo)
+        return _proven_at_calls(g, t, axis, scope, depth - 1, memo, assume)
     i = next((k for k, o in enumerate(node.outputs) if o is t), None)
     if node.domain not in ("", "ai.onnx"):
         # A call of a model-local function: what its body forces on that output.
         f = next((s for s in g.scopes if s.is_function and (s.proto.domain, s.proto.name) == (node.domain, node.op)), None)
         if f is None or i is None or i >= len(f.ir.outputs):
             return None
-        return _proven_dim(g, f.ir.outputs[i], axis, f, depth - 1, {}, memo)
+        return _proven_dim(g, f.ir.outputs[i], axis, f, depth - 1, assume, memo)
     if not node.inputs:
         return None
     if node.op in _SAME_SHAPE:
@@ -206,6 +206,9 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
         if w is not None and len(w) >= 2:
             trans = node.op == "Gemm" and int(node.attrs.get("transB", 0))
             return w[-2] if trans else w[-1]
+        if node.op == "Gemm":  # 2-D operands: the columns are B's (B^T's with transB), however B is made
+            trans = int(node.attrs.get("transB", 0))
+            return _proven_dim(g, node.inputs[1], -2 if trans else -1, node.scope, depth - 1, assume, memo)
     if node.op == "Transpose" and node.attrs.get("perm") is not None:
         perm = list(node.attrs["perm"])
         if -axis > len(perm):
@@ -229,7 +232,7 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
         d = _proven_dim(g, node.inputs[2 + i], axis, node.scope, depth - 1, assume, memo)
         if d is None or len(body.inputs) != len(node.inputs) or len(body.outputs) <= 1 + i:
             return None
-        step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, id(body.inputs[2 + i]): d}, memo)
+        step = _proven_dim(g, body.outputs[1 + i], axis, None, depth - 1, {**assume, (id(body.inputs[2 + i]), axis): d}, memo)
         return d if step == d else None
     return None
 
@@ -247,6 +250,12 @@ def _rank_at_least_2(g, t: Tensor, depth: int, memo: dict, scope=None) -> bool:
     return found
 
 
+def _with_hypothesis(memo: dict, key: tuple, depth: int) -> dict:
+    """A memo for a proof by induction: what is proven so far (not what failed before the
+    hypothesis was made) and the hypothesis itself."""
+    return {**{k: v for k, v in memo.items() if v[0]}, key: (True, depth)}
+
+
 def _prove_rank_at_least_2(g, t: Tensor, scope, depth: int, memo: dict) -> bool:
     shape = g.fixed_shape(t)
     if shape is None:
@@ -262,13 +271,21 @@ def _prove_rank_at_least_2(g, t: Tensor, scope, depth: int, memo: dict) -> bool:
         index = list(scope.proto.input).index(t.name)
         key = (scope.proto.domain, scope.proto.name)
         calls = [(n, s) for s in g.scopes for n in s.ir.nodes if (n.domain, n.op) == key]
-        return bool(calls) and all(
-            index < len(n.inputs) and n.inputs[index].name and _rank_at_least_2(g, n.inputs[index], depth - 1, memo, s)
-            for n, s in calls
-        )
+        if not calls or any(index >= len(n.inputs) or not n.inputs[index].name for n, _ in calls):
+            return False
+        ranks = [_rank_at_least_2(g, n.inputs[index], depth - 1, memo, s) for n, s in calls]
+        if not any(ranks):
+            return False
+        # Calls fed through earlier calls of the same function: by induction (see _proven_at_calls),
+        # on a copy of the memo, so that nothing proven under the hypothesis outlives it.
+        hypothesis = _with_hypothesis(memo, ("rank", id(t)), depth)
+        return all(r or _rank_at_least_2(g, n.inputs[index], depth - 1, hypothesis, s) for r, (n, s) in zip(ranks, calls))
     if not node.inputs:
         return False
     i = next((k for k, o in enumerate(node.outputs) if o is t), 0)
+    if node.domain not in ("", "ai.onnx"):  # a model-local function's call: its body's output
+        f = next((s for s in g.scopes if s.is_function and (s.proto.domain, s.proto.name) == (node.domain, node.op)), None)
+        return f is not None and i < len(f.ir.outputs) and _rank_at_least_2(g, f.ir.outputs[i], depth - 1, memo, f)
     if node.op in _SAME_SHAPE:
         return _rank_at_least_2(g, node.inputs[0], depth - 1, memo, node.scope)
     if node.op in _BROADCAST:  # the result has the largest rank among the operands
@@ -282,9 +299,13 @@ def _prove_rank_at_least_2(g, t: Tensor, scope, depth: int, memo: dict) -> bool:
     if node.op == "Loop" and "body" in node.subgraphs and i < len(node.inputs) - 2:
         # A carried value: its initial value's, or after a pass, the body's output's.
         body = node.subgraphs["body"][0]
-        return len(body.outputs) > 1 + i and all(
-            _rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in (node.inputs[2 + i], body.outputs[1 + i])
-        )
+        if len(body.outputs) <= 1 + i or len(body.inputs) != len(node.inputs):
+            return False
+        if not _rank_at_least_2(g, node.inputs[2 + i], depth - 1, memo, node.scope):
+            return False
+        # By induction: the body keeps rank >= 2 if its carried input has it (a memo copy holds the hypothesis).
+        hypothesis = _with_hypothesis(memo, ("rank", id(body.inputs[2 + i])), depth)
+        return _rank_at_least_2(g, body.outputs[1 + i], depth - 1, hypothesis, node.scope)
     return False
 
 
@@ -311,23 +332,35 @@ def _trailing_shape_value(g, shape: Tensor, axis: int) -> int | None:
     return tail[axis] if len(tail) >= -axis else None
 
 
-def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int, memo: dict) -> int | None:
-    """A model-local function's input: the size its every caller passes, if they agree."""
+def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int, memo: dict, assume: dict | None = None) -> int | None:
+    """A model-local function's input: the size its every caller passes, if they agree.
+
+    A call whose argument comes (through earlier calls) from the function's own output, as in a
+    stack of identical blocks, is proven by induction over the calls in data order: with the
+    hypothesis that ``t`` has the size the other calls agree on.  The graph is acyclic, so the
+    hypothesis is only ever used for calls before it."""
     if scope is None or not scope.is_function or t.name not in scope.proto.input:
         return None
     index = list(scope.proto.input).index(t.name)
     key = (scope.proto.domain, scope.proto.name)
-    found: set = set()
+    args = []
     for s in g.scopes:
         for n in s.ir.nodes:
             if (n.domain, n.op) != key:
                 continue
             if index >= len(n.inputs) or not n.inputs[index].name:
                 return None
-            found.add(_proven_dim(g, n.inputs[index], axis, s, depth, {}, memo))
-            if len(found) > 1 or None in found:
-                return None
-    return found.pop() if found else None
+            args.append((n.inputs[index], s))
+    assume = assume or {}
+    dims = [_proven_dim(g, a, axis, s, depth, assume, memo) for a, s in args]
+    known = {d for d in dims if d is not None}
+    if len(known) != 1:
+        return None
+    d = known.pop()
+    hypothesis = {**assume, (id(t), axis): d}
+    if all(x is not None or _proven_dim(g, a, axis, s, depth, hypothesis, memo) == d for x, (a, s) in zip(dims, args)):
+        return d
+    return None
 
 
 def _check_restored(g, restore: Node, xshape, axes: tuple[int, ...]) -> None:
