@@ -11,37 +11,44 @@ x * (γ / sqrt(var + eps)) + (β - mean * (γ / sqrt(var + eps))).
 
 from __future__ import annotations
 
-from fusion.match.pattern import Const, Op, Var
+from fusion.match.pattern import Const, Op, Pattern, Var
 from fusion.rewrite.rules import Rule
 
 from ._norm import analyze, cast, emit, kept_mean, plus_eps, reduce_mean
 
+
+def build(x: Pattern) -> tuple[Pattern, Pattern, Pattern]:
+    """The LayerNorm pattern over input ``x`` (a Var, or the residual Add of a skip norm), with
+    the mean and square it reads (the TensorFlow form reuses them)."""
+    mean = reduce_mean(cast(x), "mean")
+    centered = Op("Sub", cast(x), cast(mean), name="center")
+    # The variance may center x again with a mean of its own (older PyTorch, torch.var).
+    var_mean = reduce_mean(cast(x), "var_mean")
+    var_centered = Op("Sub", cast(x), cast(var_mean), name="var_center")
+    square = Op("Pow", cast(var_centered), Const(value=2.0), name="square") | Op(
+        "Mul", cast(var_centered), cast(var_centered), name="square"
+    )
+    variance = kept_mean(cast(square), "variance")
+    var_eps = plus_eps(variance)
+    std = Op("Sqrt", var_eps, name="sqrt")
+    normalized = (
+        Op("Div", cast(centered), cast(std), name="normalize")
+        | Op("Mul", cast(centered), cast(Op("Reciprocal", std, name="inverse")), name="normalize")
+        | Op("Mul", cast(centered), cast(Op("Div", Const(value=1.0), std, name="inverse")), name="normalize")
+        | Op("Mul", cast(centered), cast(Op("Pow", var_eps, Const(value=-0.5), name="inverse")), name="normalize")
+    )
+    scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
+    affine = (
+        Op("Add", cast(scaled), cast(Const("beta")), name="shift")
+        | scaled
+        | Op("Add", cast(normalized), cast(Const("beta")), name="shift")
+        | normalized
+    )
+    return cast(affine), mean, square
+
+
 x = Var("x")
-mean = reduce_mean(cast(x), "mean")
-centered = Op("Sub", cast(x), cast(mean), name="center")
-# The variance may center x again with a mean of its own (older PyTorch, torch.var).
-var_mean = reduce_mean(cast(x), "var_mean")
-var_centered = Op("Sub", cast(x), cast(var_mean), name="var_center")
-square = Op("Pow", cast(var_centered), Const(value=2.0), name="square") | Op(
-    "Mul", cast(var_centered), cast(var_centered), name="square"
-)
-variance = kept_mean(cast(square), "variance")
-var_eps = plus_eps(variance)
-std = Op("Sqrt", var_eps, name="sqrt")
-normalized = (
-    Op("Div", cast(centered), cast(std), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Reciprocal", std, name="inverse")), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Div", Const(value=1.0), std, name="inverse")), name="normalize")
-    | Op("Mul", cast(centered), cast(Op("Pow", var_eps, Const(value=-0.5), name="inverse")), name="normalize")
-)
-scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
-affine = (
-    Op("Add", cast(scaled), cast(Const("beta")), name="shift")
-    | scaled
-    | Op("Add", cast(normalized), cast(Const("beta")), name="shift")
-    | normalized
-)
-PATTERN = cast(affine)
+PATTERN, mean, square = build(x)
 
 
 class LayerNormRule(Rule):

@@ -8,23 +8,28 @@ Mul(x, Pow(ms + eps, -0.5)); float Casts anywhere (LLaMA/T5 upcast to fp32 insid
 from __future__ import annotations
 
 from fusion.ir.graph import producer
-from fusion.match.pattern import Const, Op, Var
+from fusion.match.pattern import Const, Op, Pattern, Var
 from fusion.rewrite.rules import Reject, Rule
 
 from ._norm import analyze, cast, emit, kept_mean, plus_eps
 
-x = Var("x")
-square = Op("Pow", cast(x), Const(value=2.0), name="square") | Op("Mul", cast(x), cast(x), name="square")
-mean_square = kept_mean(cast(square), "mean_square")
-ms_eps = plus_eps(mean_square)
-rms = Op("Sqrt", ms_eps, name="sqrt")
-normalized = (
-    Op("Div", cast(x), cast(rms), name="normalize")
-    | Op("Mul", cast(x), cast(Op("Reciprocal", rms, name="inverse")), name="normalize")
-    | Op("Mul", cast(x), cast(Op("Div", Const(value=1.0), rms, name="inverse")), name="normalize")
-    | Op("Mul", cast(x), cast(Op("Pow", ms_eps, Const(value=-0.5), name="inverse")), name="normalize")
-)
-PATTERN = cast(Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | normalized)
+
+def build(x: Pattern) -> Pattern:
+    """The RMSNorm pattern over input ``x`` (a Var, or the residual Add of a skip norm)."""
+    square = Op("Pow", cast(x), Const(value=2.0), name="square") | Op("Mul", cast(x), cast(x), name="square")
+    mean_square = kept_mean(cast(square), "mean_square")
+    ms_eps = plus_eps(mean_square)
+    rms = Op("Sqrt", ms_eps, name="sqrt")
+    normalized = (
+        Op("Div", cast(x), cast(rms), name="normalize")
+        | Op("Mul", cast(x), cast(Op("Reciprocal", rms, name="inverse")), name="normalize")
+        | Op("Mul", cast(x), cast(Op("Div", Const(value=1.0), rms, name="inverse")), name="normalize")
+        | Op("Mul", cast(x), cast(Op("Pow", ms_eps, Const(value=-0.5), name="inverse")), name="normalize")
+    )
+    return cast(Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | normalized)
+
+
+PATTERN = build(Var("x"))
 
 
 class RMSNormRule(Rule):

@@ -37,6 +37,8 @@ OFF_BY_DEFAULT: dict[tuple[str, str], str] = {
     ("trt", "layernorm"): "TensorRT's LayerNorm plugin made whole engines slower than TensorRT's own handling of the "
                           "decomposed chain (H100, TensorRT 8.5.3, fp32, batch 8: BERT-base 0.88x in "
                           "bench/results/trt_engines.json, ViT-base 0.87x)",  # fmt: skip
+    ("trt", "skipnorm"): "TensorRT's CustomSkipLayerNormPluginDynamic is not measured yet, and the trt target's other "
+                         "TensorRT plugins made whole engines slower (see layernorm)",  # fmt: skip
 }
 
 
@@ -62,6 +64,9 @@ class OffByDefault(Rule):
         self.inner.check(m, ctx)  # a subgraph that would not fuse anyway says its own reason
         raise Reject(f"off by default for target {ctx.target}: {self.reason}; name the pass to fuse it "
                      f"(passes=[..., {self.pass_name!r}] / --passes ...,{self.pass_name})")  # fmt: skip
+
+    def exported(self, m: Any) -> frozenset[int]:
+        return self.inner.exported(m)
 
     def rewrite(self, desc: Any, em: Any, ctx: Any) -> None:  # pragma: no cover - check always rejects
         raise Reject(self.reason)

@@ -59,6 +59,11 @@ class Rule:
     def check(self, m: Match, ctx: Context) -> Any:
         raise NotImplementedError
 
+    def exported(self, m: Match) -> frozenset[int]:
+        """Ids of matched nodes whose output the rewrite writes again under the same name, so
+        nodes outside the match may read it (the driver's safety rule spares them)."""
+        return frozenset()
+
     def rewrite(self, desc: Any, em: Emitter, ctx: Context) -> None:
         raise NotImplementedError
 
