@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from fusion.ir.graph import producer
 from fusion.ir.view import Tensor
@@ -192,7 +193,10 @@ def _emit_trt(d: SkipDesc, em: Emitter, g, t: int, norm_shape) -> str:
         if p is not None and g.overridable(p):
             raise Reject(f"target trt: {p.name!r} is baked into the plugin's weights, but {g.not_constant_reason(p)}")
 
-    def weights(p, fill: float) -> np.ndarray:
+    def weights(p, fill: float) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.ascontiguousarray(_values(p, fill)), em.name("w"))
+
+    def _values(p, fill: float) -> np.ndarray:
         if p is None:
             return np.full([ld], fill, np.float32)
         v = g.constant_value(p)
