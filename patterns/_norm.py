@@ -439,7 +439,7 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     else:
         op = "LayerNormalization" if desc.kind == "layer" else "RMSNormalization"
         inputs = [x, gamma] + ([beta] if beta else [])
-        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=compute)[0]
+        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=em.compute_type)[0]
 
     if perm is not None:
         y = em.node("Transpose", [y], perm=[int(i) for i in np.argsort(perm)])[0]

@@ -54,6 +54,7 @@ class SkipDesc:
 class SkipNormRule(Rule):
     pass_name = "skipnorm"
     min_progress = 5
+    defers_misses = True
     signature = frozenset({"ReduceMean"})
     kind = ""
     reductions: tuple[str, ...] = ()

@@ -57,7 +57,7 @@ class OffByDefault(Rule):
     def __init__(self, inner: Rule, reason: str):
         self.inner = inner
         self.reason = reason
-        for attr in ("name", "pass_name", "pattern", "min_progress", "signature", "doc", "variants"):
+        for attr in ("name", "pass_name", "pattern", "min_progress", "signature", "doc", "variants", "defers_misses"):
             setattr(self, attr, getattr(inner, attr))
 
     def check(self, m: Any, ctx: Any) -> Any:

@@ -138,15 +138,23 @@ def run(
         for node in reversed(scope.ir.nodes):
             if id(node) in claimed:
                 continue
+            deferred = None  # a miss that a later rule's miss at this root replaces
             for rule in by_op.get(node.op, ()):
                 if not near.within(rule, node):
                     continue
                 outcome = _try(rule, node, ctx, editor, claimed)
                 if isinstance(outcome, Fusion):
                     fusions.append(outcome)
+                    deferred = None
                     break
                 if outcome is not None:
-                    misses.append(outcome)
+                    if rule.defers_misses:
+                        deferred = deferred or outcome
+                    else:
+                        misses.append(outcome)
+                        deferred = None
+            if deferred is not None:
+                misses.append(deferred)
     misses = _dedupe(misses, claimed)
 
     if dry_run or not editor.modified:

@@ -55,6 +55,9 @@ class Rule:
     # The forms the pattern covers, one line each ("part: forms"); the README's variant
     # table is rendered from these (fusion/docs.py), so they live next to the pattern.
     variants: tuple[str, ...] = ()
+    # A rule that extends a later one at the same root (skip norms): where both miss, the later
+    # rule's reason is the one reported (it says why even the smaller fusion did not happen).
+    defers_misses: bool = False
 
     def check(self, m: Match, ctx: Context) -> Any:
         raise NotImplementedError
