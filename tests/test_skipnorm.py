@@ -169,3 +169,10 @@ def test_trt_target_refusals(s, reason):
     r = fusion.inspect(sm.build(s), ["skipnorm"], target="trt")
     assert not r.fusions
     assert any(reason in m.reason for m in r.near_misses), [m.reason for m in r.near_misses]
+
+
+def test_skip_norm_kernel_compiles_with_nvrtc():
+    """The kernel file CuPy loads (tests/gpu/test_skipnorm_kernels.py runs it on a GPU)."""
+    from .test_plugins import test_kernel_sources_compile_with_nvrtc
+
+    test_kernel_sources_compile_with_nvrtc("skipnorm")
