@@ -75,7 +75,7 @@ class Flavour:
 
 # The IPluginV3 interface layer (the TRT8 layer lives in plugin_src/trt8/).
 V3_GLUE = ("common/NormPlugin.cpp", "common/entry.cpp", "fc/FcPlugin.cpp", "layernorm/LayerNormPlugin.cpp",
-           "rmsnorm/RmsNormPlugin.cpp")  # fmt: skip
+           "rmsnorm/RmsNormPlugin.cpp", "skipnorm/SkipNormPlugin.cpp")  # fmt: skip
 FLAVOURS = {
     10: Flavour(10, LIB_NAME, DESCRIBE_NAME, "describe.cpp", STAMP_NAME, "include", EXPORTS,
                 CREATOR_INTERFACE[:2], PLUGIN_INTERFACE[:2], ("trt8/",)),  # fmt: skip

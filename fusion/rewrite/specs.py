@@ -263,7 +263,6 @@ FUSED_SKIP_LAYER_NORM = PluginSpec(
     doc="S = X + Skip + Bias; Y = (S - mean) / sqrt(var + epsilon) * Scale + B over dims [axis, rank), fp32 "
     "accumulation; Sum = S when with_sum = 1.",
     source_dir="skipnorm",
-    implemented=False,  # issue 12: the CUDA kernel and both plugin flavours are not written yet
 )
 
 FUSED_SKIP_RMS_NORM = PluginSpec(
@@ -276,7 +275,6 @@ FUSED_SKIP_RMS_NORM = PluginSpec(
     doc="S = X + Skip + Bias; Y = S / sqrt(mean(S^2) + epsilon) * Scale over dims [axis, rank), fp32 accumulation; "
     "Sum = S when with_sum = 1.",
     source_dir="skipnorm",
-    implemented=False,  # issue 12: the CUDA kernel and both plugin flavours are not written yet
 )
 
 FC_ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh")

@@ -5,6 +5,7 @@
 #include "fc/FcPlugin.h"
 #include "layernorm/LayerNormPlugin.h"
 #include "rmsnorm/RmsNormPlugin.h"
+#include "skipnorm/SkipNormPlugin.h"
 
 #define FUSION_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -18,7 +19,9 @@ FUSION_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbC
     static fusion::LayerNormPluginCreator layerNorm;
     static fusion::RmsNormPluginCreator rmsNorm;
     static fusion::FcPluginCreator fc;
-    static nvinfer1::IPluginCreatorInterface* const creators[] = {&layerNorm, &rmsNorm, &fc};
+    static fusion::SkipNormPluginCreator skipLayerNorm(fusion::NormOp::kLAYER_NORM);
+    static fusion::SkipNormPluginCreator skipRmsNorm(fusion::NormOp::kRMS_NORM);
+    static nvinfer1::IPluginCreatorInterface* const creators[] = {&layerNorm, &rmsNorm, &fc, &skipLayerNorm, &skipRmsNorm};
     nbCreators = static_cast<int32_t>(sizeof(creators) / sizeof(creators[0]));
     return creators;
 }
