@@ -49,6 +49,7 @@ class SkipDesc:
     bias: Tensor | None
     sum: Tensor  # the tensor the norm reads: the residual sum (with the bias)
     with_sum: bool  # nodes outside the match read the sum: the fused node outputs it
+    sum_out: Tensor | None = None  # the name they read it by: the sum, or a Cast of it to its own type
 
 
 class SkipNormRule(Rule):
@@ -60,8 +61,12 @@ class SkipNormRule(Rule):
     reductions: tuple[str, ...] = ()
 
     def exported(self, m: Match) -> frozenset[int]:
+        # The sum, and a Cast of it inside the chain (HF LLaMA/T5 upcast the sum to fp32 before
+        # the norm, and in fp32 models the next residual reads that no-op Cast): check() decides.
         top = m.nodes.get("add_bias") or m.nodes.get("residual")
-        return frozenset() if top is None else frozenset({id(top)})
+        if top is None:
+            return frozenset()
+        return frozenset({id(top)} | {id(n) for n in _sum_casts(m, top.outputs[0])})
 
     def check(self, m: Match, ctx: Context) -> SkipDesc:
         g = ctx.graph
@@ -89,17 +94,36 @@ class SkipNormRule(Rule):
             _check_affine(pshape, sa, desc.axes, f"bias {bias.name!r}", lambda ax: _proven_dim(g, a, ax, ctx.scope))
             if g.elem_type(bias) != g.elem_type(a):
                 raise Reject(f"bias {bias.name!r} is {_name(g.elem_type(bias))}, the sum {_name(g.elem_type(a))}")
-        with_sum = s.name in ctx.scope.output_names or any(id(c) not in {id(n) for n in m.all_nodes} for c in s.outputs)
-        if with_sum:
+        inside = {id(n) for n in m.all_nodes}
+
+        def read_outside(t: Tensor) -> bool:
+            return t.name in ctx.scope.output_names or any(id(c) not in inside for c in t.outputs)
+
+        read = [t for t in [s] + [c.outputs[0] for c in _sum_casts(m, s)] if read_outside(t)]
+        if len(read) > 1:
+            raise Reject(f"later nodes read both the sum {s.name!r} and its Cast {read[1].name!r}: the fused node has one "
+                         "sum output")
+        sum_out = read[0] if read else None
+        if sum_out is not None and sum_out is not s:
+            to = int(sum_out.inputs[0].attrs["to"])
+            if to != g.elem_type(s):
+                raise Reject(f"later nodes read the sum cast to {_name(to)} ({sum_out.name!r}); the fused node outputs it "
+                             f"as {_name(g.elem_type(s))}")
+        if sum_out is not None:
             root_at = g.node_index(m.root)
-            early = [c for c in s.outputs if c.scope is ctx.scope and g.node_index(c) < root_at
-                     and id(c) not in {id(n) for n in m.all_nodes}]
+            early = [c for c in sum_out.outputs if c.scope is ctx.scope and g.node_index(c) < root_at and id(c) not in inside]
             if early:
-                raise Reject(f"{early[0].op} {early[0].name!r} reads the sum {s.name!r} before the norm ends in node order")
-        return SkipDesc(desc, a, b, bias, s, with_sum)
+                raise Reject(f"{early[0].op} {early[0].name!r} reads the sum {sum_out.name!r} before the norm ends in node "
+                             "order")
+        return SkipDesc(desc, a, b, bias, s, sum_out is not None, sum_out)
 
     def rewrite(self, desc: SkipDesc, em: Emitter, ctx: Context) -> None:
         emit_skip(desc, em, ctx)
+
+
+def _sum_casts(m: Match, s: Tensor) -> list:
+    """The matched Casts that read the sum directly."""
+    return [n for n in dict.fromkeys(m.all_nodes) if n.op == "Cast" and n.inputs and n.inputs[0] is s]
 
 
 def _name(t) -> str:
@@ -141,7 +165,7 @@ def emit_skip(d: SkipDesc, em: Emitter, ctx: Context) -> None:
         _trt_refusals(d, t, norm_shape)
     # Without the sum the second output is left empty: ONNX function inference wants a slot for
     # every output of the function, and "" is an absent optional output.
-    outputs = [em.name(lname + "_out"), d.sum.name if d.with_sum else ""]
+    outputs = [em.name(lname + "_out"), d.sum_out.name if d.with_sum else ""]
     if target == "onnx":
         need, op = (17, "LayerNormalization") if desc.kind == "layer" else (23, "RMSNormalization")
         if ctx.opset < need:
@@ -150,7 +174,7 @@ def emit_skip(d: SkipDesc, em: Emitter, ctx: Context) -> None:
         if d.bias is not None:
             s = em.node("Add", [s, d.bias.name])[0]
         if d.with_sum:
-            em.nodes[-1].output[0] = s = d.sum.name
+            em.nodes[-1].output[0] = s = d.sum_out.name
         gamma = _affine(em, g, desc.gamma, desc, norm_shape, norm_shape, t, 1.0, "gamma")
         inputs = [s, gamma]
         if desc.kind == "layer" and desc.beta is not None:

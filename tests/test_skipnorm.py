@@ -176,3 +176,32 @@ def test_skip_norm_kernel_compiles_with_nvrtc():
     from .test_plugins import test_kernel_sources_compile_with_nvrtc
 
     test_kernel_sources_compile_with_nvrtc("skipnorm")
+
+
+def _cast_reader(to: int) -> onnx.ModelProto:
+    """Pre-norm RMSNorm whose sum is cast (to ``to``) inside the chain, and the next residual reads the Cast."""
+    s = sm.Skip(norm=nm.RMS.with_(island=onnx.TensorProto.FLOAT))
+    m = sm.build(s)
+    cast = next(n for n in m.graph.node if n.op_type == "Cast" and n.input[0] == "sum0")
+    cast.attribute[0].i = to
+    m.graph.node.append(onnx.helper.make_node("Add", [cast.output[0], "y"], ["z"], name="next_residual"))
+    m.graph.output.append(onnx.helper.make_tensor_value_info("z", to, None))
+    return m
+
+
+def test_noop_cast_of_the_sum_read_later_is_the_sum_output():
+    """HF LLaMA/T5 fp32 exports: the next residual reads hidden.to(float32), a no-op Cast of the sum."""
+    m = _cast_reader(onnx.TensorProto.FLOAT)
+    r = fusion.run(m, SKIP)
+    assert r.counts() == {"skiprmsnorm": 1}, r.near_misses
+    node = next(n for n in r.model.graph.node if n.op_type == "FusedSkipRMSNorm")
+    assert node.output[1] == next(n for n in m.graph.node if n.op_type == "Cast").output[0]
+    feeds = sm.feeds(sm.Skip(norm=nm.RMS))
+    assert max_error(m, r.model, feeds) < 1e-5
+
+
+def test_widening_cast_of_the_sum_read_later_is_refused():
+    m = _cast_reader(onnx.TensorProto.DOUBLE)
+    r = fusion.inspect(m, ["skipnorm"])
+    assert not r.fusions
+    assert any("later nodes read the sum cast to DOUBLE" in x.reason for x in r.near_misses), [x.reason for x in r.near_misses]
