@@ -205,3 +205,19 @@ def test_widening_cast_of_the_sum_read_later_is_refused():
     r = fusion.inspect(m, ["skipnorm"])
     assert not r.fusions
     assert any("later nodes read the sum cast to DOUBLE" in x.reason for x in r.near_misses), [x.reason for x in r.near_misses]
+
+
+def test_rule_wrappers_keep_the_sum_export():
+    """tune's and the defaults' wrappers must forward exported(): without it a pre-norm skip norm
+    (its sum read later) would be refused as an intermediate read outside the match."""
+    from fusion.passes import defaults, driver
+    from fusion.tuning import ALL, _rules
+
+    m = sm.build(sm.Skip(pre_norm=True))
+    rules = _rules(driver.rules_for(["skipnorm", "layernorm"]), {"skipnorm": ALL, "layernorm": ALL})
+    assert driver.run(m, rules, "plugin").counts() == {"skiplayernorm": 1}
+    off = defaults.rules_for(None, "plugin")
+    skip = next(r for r in off if r.name == "skiplayernorm")
+    assert isinstance(skip, defaults.OffByDefault) and skip.defers_misses
+    # Named, the pass runs unwrapped; unnamed, the wrapper still reports what it would fuse.
+    assert fusion.run(m, ["skipnorm", "layernorm"]).counts() == {"skiplayernorm": 1}
