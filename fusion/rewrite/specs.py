@@ -338,10 +338,12 @@ TRT_FC = PluginSpec(
 SPECS = SPECS + (TRT_FC,)
 
 # Shipped in TensorRT's libnvinfer_plugin (BERT demo plugin, 7.x ... 10.x).  Read from TensorRT OSS
-# plugin/skipLayerNormPlugin: version "1" takes [S, B, E, 1, 1] input and skip, normalizes over E
-# (= ld), adds the optional bias first; epsilon is not a field (none before 2024's releases, the
-# type's machine epsilon after); one output, no sum.  Weights arrive as PluginField Weights
-# (FallbackPluginImporter: TENSOR attributes).
+# plugin/skipLayerNormPlugin at tag 8.5.3: version "1" (creator fields ld, type_id, beta, gamma,
+# bias; bias optional) takes input and skip of equal dims, rank 5 [S, B, E, 1, 1] (dims 3 and 4
+# must be 1), normalizes over E = d[2], adds the bias first; one output (no sum); no epsilon:
+# rsigma = rsqrt(E[s^2] - mean^2), accumulated in the I/O type (fp16 in fp16), one pass.  Later
+# releases add the type's machine epsilon.  Weights arrive as PluginField Weights (the
+# FallbackPluginImporter makes them from TENSOR attributes), converted to the I/O type.
 TRT_SKIP_LAYER_NORM = PluginSpec(
     op_type="CustomSkipLayerNormPluginDynamic",
     version="1",
