@@ -116,8 +116,6 @@ class PluginSpec:
     # Folder under plugin_src/ that implements it (provider "fusion" only).
     source_dir: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
-    # False while plugin_src/ has no creator for it yet: `plugins build/check` leave it out.
-    implemented: bool = True
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -312,7 +310,7 @@ def by_op_type(op_type: str, domain: str = PLUGIN_DOMAIN) -> PluginSpec | None:
 
 def fusion_specs() -> Sequence[PluginSpec]:
     """The specs this project implements in plugin_src/."""
-    return [s for s in SPECS if s.provider == "fusion" and s.implemented]
+    return [s for s in SPECS if s.provider == "fusion"]
 
 
 # Shipped in TensorRT's libnvinfer_plugin (BERT demo plugin, 7.x ... 10.x, deprecated in 10.6).
