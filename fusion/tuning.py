@@ -71,8 +71,11 @@ class _Select(Rule):
         self.inner, self.groups, self.why = inner, groups, dict(why or {})
         self.fused: Counter[str] = Counter()
         self.left: list[tuple[set[int], str]] = []  # (node ids, group) of matches left unfused
-        for attr in ("name", "pass_name", "pattern", "min_progress", "signature", "doc", "variants"):
+        for attr in ("name", "pass_name", "pattern", "min_progress", "signature", "doc", "variants", "defers_misses"):
             setattr(self, attr, getattr(inner, attr))
+
+    def exported(self, m: Any) -> frozenset[int]:
+        return self.inner.exported(m)
 
     def check(self, m: Any, ctx: Any) -> Any:
         desc = self.inner.check(m, ctx)
