@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from fusion.rewrite.rules import Rule
 
-from . import gemm, groupnorm, layernorm, rmsnorm
+from . import gemm, groupnorm, layernorm, rmsnorm, skipnorm
 
-RULES: list[Rule] = [layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE, gemm.RULE, groupnorm.RULE]
+# The skip norms come first: at a norm's root they take the residual Add in too; where they
+# do not fit, the plain norm rules, next, fuse the norm alone.
+RULES: list[Rule] = [
+    skipnorm.LAYER_RULE, skipnorm.RMS_RULE, layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE, gemm.RULE, groupnorm.RULE,
+]

@@ -481,8 +481,9 @@ def _widest(types) -> int:
     return max(types, key=lambda t: FLOAT_WIDTH[t])
 
 
-def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
-    """Emit ``desc`` for ``ctx.target``; the last node written produces ``desc.y``."""
+def norm_types(desc: NormDesc, em: Emitter, ctx: Context) -> tuple[int, int, int, bool]:
+    """The input and output types, the type the node computes in, and whether the input
+    must be cast to it explicitly (untyped); sets ``em.compute_type``.  Raises Reject."""
     g = ctx.graph
     if desc.chain_type is not None:
         t_in = t_out = desc.chain_type
@@ -525,6 +526,14 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     if compute == onnx.TensorProto.DOUBLE:
         t = compute
     em.compute_type = compute
+    return t_in, t_out, t, cast_in
+
+
+def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
+    """Emit ``desc`` for ``ctx.target``; the last node written produces ``desc.y``."""
+    g = ctx.graph
+    target = ctx.target
+    t_in, t_out, t, cast_in = norm_types(desc, em, ctx)
     if target == "trt":
         if desc.kind != "layer":
             raise Reject("target trt: TensorRT ships no RMSNorm plugin")
@@ -589,7 +598,7 @@ def emit(desc: NormDesc, em: Emitter, ctx: Context) -> None:
     else:
         op = "LayerNormalization" if desc.kind == "layer" else "RMSNormalization"
         inputs = [x, gamma] + ([beta] if beta else [])
-        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=compute)[0]
+        y = em.node(op, inputs, axis=-k, epsilon=desc.epsilon, stash_type=em.compute_type)[0]
 
     if perm is not None:
         y = em.node("Transpose", [y], perm=[int(i) for i in np.argsort(perm)])[0]

@@ -14,49 +14,60 @@ x * (γ / sqrt(var + eps)) + (β - mean * (γ / sqrt(var + eps))).
 
 from __future__ import annotations
 
-from fusion.match.pattern import Const, Op, Var
+from types import SimpleNamespace
+
+from fusion.match.pattern import Const, Op, Pattern, Var
 from fusion.rewrite.rules import Rule
 
 from . import _algebra as alg
 from ._norm import analyze, cast, emit, plus_eps
 
+
+def build(x: Pattern) -> SimpleNamespace:
+    """The LayerNorm pattern over input ``x`` (a Var, or the residual Add of a skip norm):
+    ``.pattern``, with the mean and variance it reads (the TensorFlow form reuses them)."""
+    # The mean as reduced (keepdims as written), then as broadcast against x.
+    mean_reduced = alg.reduced_mean(cast(x), "mean")
+    mean = alg.restored(mean_reduced, "mean")
+    centered = alg.centered(cast(x), cast(mean), "center")
+    # The variance may center x again with a mean of its own (older PyTorch, torch.var).
+    var_mean = alg.restored(alg.reduced_mean(cast(x), "var_mean"), "var_mean")
+    var_centered = alg.centered(cast(x), cast(var_mean), "var_center")
+    square = alg.square(cast(var_centered), "square", cast(var_centered))
+    # jnp.var under jax2onnx: Where(N − ddof > 0, ReduceSumSquare(d) ÷ (N − ddof), NaN).
+    sum_squares = alg.sum_of_squares_mean(cast(var_centered), "variance")
+    variance = alg.restored(
+        # One pass (Flax's default): E[x²] − E[x]²; or two, E[(x − E[x])²].
+        alg.one_pass_variance(alg.reduced_mean(cast(alg.square(cast(x), "x_square", cast(x))), "variance"), mean_reduced, cast)
+        | alg.nan_guarded(sum_squares, "variance")
+        | sum_squares
+        | alg.reduced_mean(cast(square), "variance"),
+        "variance",
+        guard=False,
+    )
+    var_eps = plus_eps(variance)
+    std = alg.sqrt(var_eps, "sqrt")
+    inverse = alg.rsqrt(var_eps, std, "inverse")
+    normalized = Op("Div", cast(centered), cast(std), name="normalize") | Op(
+        "Mul", cast(centered), cast(inverse), name="normalize"
+    )
+    scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | Op(
+        # γ folded into the inverse first (Flax, Keras): (x − mean)·(rsqrt(v)·γ)
+        "Mul", cast(centered), cast(Op("Mul", cast(inverse), cast(Const("gamma")), name="scale")), name="normalize"
+    )
+    affine = (
+        Op("Add", cast(scaled), cast(Const("beta")), name="shift")
+        | scaled
+        | Op("Add", cast(normalized), cast(Const("beta")), name="shift")
+        | normalized
+    )
+    return SimpleNamespace(pattern=cast(affine), mean=mean, variance=variance)
+
+
 x = Var("x")
-# The mean as reduced (keepdims as written), then as broadcast against x.
-mean_reduced = alg.reduced_mean(cast(x), "mean")
-mean = alg.restored(mean_reduced, "mean")
-centered = alg.centered(cast(x), cast(mean), "center")
-# The variance may center x again with a mean of its own (older PyTorch, torch.var).
-var_mean = alg.restored(alg.reduced_mean(cast(x), "var_mean"), "var_mean")
-var_centered = alg.centered(cast(x), cast(var_mean), "var_center")
-square = alg.square(cast(var_centered), "square", cast(var_centered))
-# jnp.var under jax2onnx: Where(N − ddof > 0, ReduceSumSquare(d) ÷ (N − ddof), NaN).
-sum_squares = alg.sum_of_squares_mean(cast(var_centered), "variance")
-variance = alg.restored(
-    # One pass (Flax's default): E[x²] − E[x]²; or two, E[(x − E[x])²].
-    alg.one_pass_variance(alg.reduced_mean(cast(alg.square(cast(x), "x_square", cast(x))), "variance"), mean_reduced, cast)
-    | alg.nan_guarded(sum_squares, "variance")
-    | sum_squares
-    | alg.reduced_mean(cast(square), "variance"),
-    "variance",
-    guard=False,
-)
-var_eps = plus_eps(variance)
-std = alg.sqrt(var_eps, "sqrt")
-inverse = alg.rsqrt(var_eps, std, "inverse")
-normalized = Op("Div", cast(centered), cast(std), name="normalize") | Op(
-    "Mul", cast(centered), cast(inverse), name="normalize"
-)
-scaled = Op("Mul", cast(normalized), cast(Const("gamma")), name="scale") | Op(
-    # γ folded into the inverse first (Flax, Keras): (x − mean)·(rsqrt(v)·γ)
-    "Mul", cast(centered), cast(Op("Mul", cast(inverse), cast(Const("gamma")), name="scale")), name="normalize"
-)
-affine = (
-    Op("Add", cast(scaled), cast(Const("beta")), name="shift")
-    | scaled
-    | Op("Add", cast(normalized), cast(Const("beta")), name="shift")
-    | normalized
-)
-PATTERN = cast(affine)
+_parts = build(x)
+PATTERN = _parts.pattern
+mean, variance = _parts.mean, _parts.variance
 
 
 class LayerNormRule(Rule):

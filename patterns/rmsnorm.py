@@ -11,25 +11,31 @@ GlobalAveragePool) comes from the combinators of patterns/_algebra.py.
 from __future__ import annotations
 
 from fusion.ir.graph import producer
-from fusion.match.pattern import Const, Op, Var
+from fusion.match.pattern import Const, Op, Pattern, Var
 from fusion.rewrite.rules import Reject, Rule
 
 from . import _algebra as alg
 from ._norm import analyze, cast, emit, plus_eps
 
+
+def build(x: Pattern) -> Pattern:
+    """The RMSNorm pattern over input ``x`` (a Var, or the residual Add of a skip norm)."""
+    square = Op("Pow", cast(x), Const(value=2.0), name="square") | Op("Mul", cast(x), cast(x), name="square")
+    mean_square = alg.restored(alg.reduced_mean(cast(square), "mean_square"), "mean_square", guard=False)
+    ms_eps = plus_eps(mean_square)
+    rms = alg.sqrt(ms_eps, "sqrt")
+    inverse = alg.rsqrt(ms_eps, rms, "inverse")
+    normalized = Op("Div", cast(x), cast(rms), name="normalize") | Op("Mul", cast(x), cast(inverse), name="normalize")
+    return cast(
+        Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
+        | normalized
+        # γ folded into the inverse first (Flax): x·(rsqrt(ms)·γ)
+        | Op("Mul", cast(x), cast(Op("Mul", cast(inverse), cast(Const("gamma")), name="scale")), name="normalize")
+    )
+
+
 x = Var("x")
-square = Op("Pow", cast(x), Const(value=2.0), name="square") | Op("Mul", cast(x), cast(x), name="square")
-mean_square = alg.restored(alg.reduced_mean(cast(square), "mean_square"), "mean_square", guard=False)
-ms_eps = plus_eps(mean_square)
-rms = alg.sqrt(ms_eps, "sqrt")
-inverse = alg.rsqrt(ms_eps, rms, "inverse")
-normalized = Op("Div", cast(x), cast(rms), name="normalize") | Op("Mul", cast(x), cast(inverse), name="normalize")
-PATTERN = cast(
-    Op("Mul", cast(normalized), cast(Const("gamma")), name="scale")
-    | normalized
-    # γ folded into the inverse first (Flax): x·(rsqrt(ms)·γ)
-    | Op("Mul", cast(x), cast(Op("Mul", cast(inverse), cast(Const("gamma")), name="scale")), name="normalize")
-)
+PATTERN = build(x)
 
 
 class RMSNormRule(Rule):

@@ -97,17 +97,17 @@ def test_describe_reports_each_creator(built):
 
 
 def _mutations():
-    ln, rms, fc = fusion_specs()[:3]
+    ln, rms, fc, *rest = fusion_specs()  # rest: the specs added since (GroupNorm, skip norms), passed unchanged
     extra = Field("extra", FieldType.INT, "not in the library", default=0)
-    yield "version", [dataclasses.replace(ln, version="2"), rms, fc], "FusedLayerNorm: no creator with version '2'"
-    yield "namespace", [ln, dataclasses.replace(rms, namespace="other"), fc], "FusedRMSNorm: no creator"
-    yield "extra field", [ln, dataclasses.replace(rms, fields=rms.fields + (extra,)), fc], "missing field 'extra'"
+    yield "version", [dataclasses.replace(ln, version="2"), rms, fc, *rest], "FusedLayerNorm: no creator with version '2'"
+    yield "namespace", [ln, dataclasses.replace(rms, namespace="other"), fc, *rest], "FusedRMSNorm: no creator"
+    yield "extra field", [ln, dataclasses.replace(rms, fields=rms.fields + (extra,)), fc, *rest], "missing field 'extra'"
     yield "field type", [ln, rms, dataclasses.replace(fc, fields=(
-        dataclasses.replace(fc.fields[0], type=FieldType.FLOAT),) + fc.fields[1:])], "field 'out_features' is"
-    yield "dropped field", [dataclasses.replace(ln, fields=ln.fields[:1]), rms, fc], "extra field 'axis'"
-    yield "field order", [ln, rms, dataclasses.replace(fc, fields=fc.fields[::-1])], "field order"
-    yield "missing creator", [ln, fc], "creator FusedRMSNorm version '1' namespace 'fusion' is in the library"
-    yield "renamed op", [dataclasses.replace(ln, op_type="FusedLayerNorm2"), rms, fc], "FusedLayerNorm2: no creator"
+        dataclasses.replace(fc.fields[0], type=FieldType.FLOAT),) + fc.fields[1:]), *rest], "field 'out_features' is"
+    yield "dropped field", [dataclasses.replace(ln, fields=ln.fields[:1]), rms, fc, *rest], "extra field 'axis'"
+    yield "field order", [ln, rms, dataclasses.replace(fc, fields=fc.fields[::-1]), *rest], "field order"
+    yield "missing creator", [ln, fc, *rest], "creator FusedRMSNorm version '1' namespace 'fusion' is in the library"
+    yield "renamed op", [dataclasses.replace(ln, op_type="FusedLayerNorm2"), rms, fc, *rest], "FusedLayerNorm2: no creator"
 
 
 @needs_nvcc

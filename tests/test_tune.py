@@ -148,12 +148,26 @@ def test_tune_record_in_text_and_json(fake_bench):
     res = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE)
     d = json.loads(report.to_json(res.result))["tuning"]
     assert d["kept"] == ["layernorm", "gemm[act]"] and d["engine_builds"] == 6 and d["build_s"] == 60 + 5 * 50
-    # One "skipped" row per pass with nothing to fuse in BERT-tiny (rmsnorm, groupnorm), then the builds.
-    assert [m["decision"] for m in d["measurements"]] == ["skipped", "skipped", "baseline", "kept", "dropped", "kept",
-                                                          "dropped", "final"]  # fmt: skip
+    # One "skipped" row per pass not tried on this target (skipnorm, groupnorm: their kernels have not
+    # run on a GPU yet) and per pass with nothing to fuse in BERT-tiny (rmsnorm), then the builds.
+    assert [m["decision"] for m in d["measurements"]] == ["skipped", "skipped", "skipped", "baseline", "kept", "dropped",
+                                                          "kept", "dropped", "final"]  # fmt: skip
     text = report.text(res.result)
     assert "tuning (plugin, fp32, margin 3%): kept layernorm, gemm[act]; 6 engine builds" in text
     assert "gemm[plain]" in text and "slower (geomean 0.901x, worst shape 0.901x)" in text
+
+
+def test_tune_leaves_unverified_kernels_untried_unless_named(fake_bench):
+    """Tuning times engines, it does not check their results: a pass off by default because its
+    kernels have not run on a GPU (skipnorm on the plugin target) is not tried unless named."""
+    res = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE)
+    rows = {m.name: m for m in res.result.tuning.measurements}
+    assert rows["skipnorm"].decision == "skipped" and "not tried: off by default for target plugin" in rows["skipnorm"].reason
+    assert "skiplayernorm" not in res.result.counts()
+    named = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE, passes=["skipnorm", "layernorm"])
+    rows = {m.name: m for m in named.result.tuning.measurements}
+    # Named, it is tried: the dry run finds nothing it fuses here (BERT-tiny's shapes are unknown).
+    assert rows["skipnorm"].decision == "skipped" and rows["skipnorm"].reason == "nothing to fuse"
 
 
 def test_tune_bad_arguments():

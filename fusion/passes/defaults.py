@@ -41,7 +41,19 @@ OFF_BY_DEFAULT: dict[tuple[str, str], str] = {
                           "decomposed chain, and the other TensorRT plugins made engines slower; off until measured",  # fmt: skip
     ("plugin", "groupnorm"): "our FusedGroupNorm kernel has not run on a GPU yet (tests/gpu/test_groupnorm_kernel.py "
                              "waits for one) and no engine with it is measured; off until both are",  # fmt: skip
+    ("trt", "skipnorm"): "TensorRT's CustomSkipLayerNormPluginDynamic is not measured yet, and the trt target's other "
+                         "TensorRT plugins made whole engines slower (see layernorm)",  # fmt: skip
+    # Issue 12: the skip-norm kernels have not run on a GPU yet (tests/gpu/test_skipnorm_kernels.py)
+    # and no engine is measured; until then a norm after a residual fuses as the plain norm.
+    ("plugin", "skipnorm"): "the skip-norm plugins are not yet tested on a GPU nor measured in engines (issue 12)",
+    ("onnx", "skipnorm"): "Add + LayerNormalization is what the layernorm pass already gives, less the Add; not yet "
+                          "measured (issue 12)",  # fmt: skip
 }
+
+
+# Of those, the ones off because their kernels have not run on a GPU yet, not for speed.  Tuning
+# measures speed only, so it does not try them either unless they are named.
+UNVERIFIED: frozenset[tuple[str, str]] = frozenset({("plugin", "groupnorm"), ("plugin", "skipnorm")})
 
 
 def off_reason(target: str, pass_name: str) -> str | None:
@@ -59,13 +71,17 @@ class OffByDefault(Rule):
     def __init__(self, inner: Rule, reason: str):
         self.inner = inner
         self.reason = reason
-        for attr in ("name", "pass_name", "pattern", "min_progress", "signature", "doc", "variants"):
+        for attr in ("name", "pass_name", "pattern", "min_progress", "signature", "anchors", "doc", "variants",
+                     "defers_misses"):
             setattr(self, attr, getattr(inner, attr))
 
     def check(self, m: Any, ctx: Any) -> Any:
         self.inner.check(m, ctx)  # a subgraph that would not fuse anyway says its own reason
         raise Reject(f"off by default for target {ctx.target}: {self.reason}; name the pass to fuse it "
                      f"(passes=[..., {self.pass_name!r}] / --passes ...,{self.pass_name})")  # fmt: skip
+
+    def exported(self, m: Any) -> frozenset[int]:
+        return self.inner.exported(m)
 
     def rewrite(self, desc: Any, em: Any, ctx: Any) -> None:  # pragma: no cover - check always rejects
         raise Reject(self.reason)

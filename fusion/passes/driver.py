@@ -139,15 +139,23 @@ def run(
         for node in reversed(scope.ir.nodes):
             if id(node) in claimed:
                 continue
+            deferred = None  # a miss that a later rule's miss at this root replaces
             for rule in by_op.get(node.op, ()):
                 if not near.within(rule, node):
                     continue
                 outcome = _try(rule, node, ctx, editor, claimed)
                 if isinstance(outcome, Fusion):
                     fusions.append(outcome)
+                    deferred = None
                     break
                 if outcome is not None:
-                    misses.append(outcome)
+                    if rule.defers_misses:
+                        deferred = deferred or outcome
+                    else:
+                        misses.append(outcome)
+                        deferred = None
+            if deferred is not None:
+                misses.append(deferred)
     misses = _dedupe(misses, claimed)
 
     if dry_run or not editor.modified:
@@ -218,7 +226,7 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
             break
         em = Emitter(ctx.graph, ctx.scope, _prefix(m), editor=editor)
         try:
-            removed = _contained(m, ctx.scope)
+            removed = _contained(m, ctx.scope, rule.exported(m))
             desc = rule.check(m, ctx)
             rule.rewrite(desc, em, ctx)
         except Reject as r:
@@ -250,19 +258,21 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
     return NearMiss(rule.name, ctx.scope.path, root.name or root.op, best.reason, best.progress, ids)
 
 
-def _contained(m: Match, scope: Scope) -> list[Node]:
+def _contained(m: Match, scope: Scope, exported: frozenset[int] = frozenset()) -> list[Node]:
     """The safety rule: intermediates are read only inside the match and are not outputs.
 
     A node outside the match that reads an intermediate is tolerated only when everything it
     computes flows back into the match (the Shape -> Concat that sizes a Reshape in it); it is
-    then removed with the match.  Returns the nodes to remove.
+    then removed with the match.  ``exported``: ids of nodes whose output the rule's rewrite
+    produces again (the sum a pre-norm skip norm also returns), so others may read it.
+    Returns the nodes to remove.
     """
     inside = {id(n) for n in m.all_nodes}
     extra: list[Node] = []
     for n in m.all_nodes:
         if n.scope is not scope:  # the matcher stays in the root's scope; the editor relies on it
             raise Reject(f"{n.op} {n.name!r} lies outside scope {scope.path}")
-        if n is m.root:
+        if n is m.root or id(n) in exported:  # the rewrite produces an exported node's output too
             continue
         for t in n.outputs:
             if t.name in scope.output_names:

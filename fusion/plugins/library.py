@@ -75,7 +75,7 @@ class Flavour:
 
 # The IPluginV3 interface layer (the TRT8 layer lives in plugin_src/trt8/).
 V3_GLUE = ("common/NormPlugin.cpp", "common/entry.cpp", "fc/FcPlugin.cpp", "layernorm/LayerNormPlugin.cpp",
-           "rmsnorm/RmsNormPlugin.cpp", "groupnorm/GroupNormPlugin.cpp")  # fmt: skip
+           "rmsnorm/RmsNormPlugin.cpp", "groupnorm/GroupNormPlugin.cpp", "skipnorm/SkipNormPlugin.cpp")  # fmt: skip
 FLAVOURS = {
     10: Flavour(10, LIB_NAME, DESCRIBE_NAME, "describe.cpp", STAMP_NAME, "include", EXPORTS,
                 CREATOR_INTERFACE[:2], PLUGIN_INTERFACE[:2], ("trt8/",)),  # fmt: skip
@@ -761,6 +761,7 @@ def kernel_sources() -> dict[str, Path]:
         "rmsnorm": src / "rmsnorm" / "rmsNormKernel.cu",
         "fc": src / "fc" / "fcKernel.cu",
         "groupnorm": src / "groupnorm" / "groupNormKernel.cu",
+        "skipnorm": src / "skipnorm" / "skipNormKernel.cu",
     }
 
 
@@ -856,6 +857,25 @@ def launch_norm(
     else:
         with stream:  # RawKernel launches on the current stream
             fn((grid,), (block,), args)
+    return name
+
+
+def launch_skip_norm(
+    module: Any, op: str, dtype: str, x: int, skip: int, bias: int | None, gamma: int | None, beta: int | None,
+    y: int, sum_out: int | None, rows: int, cols: int, eps: float,
+) -> str:
+    """Launch the skip-norm kernel (``kernel_sources()["skipnorm"]``) on raw device pointers
+    (None: absent) on CuPy's current stream; the plain norm's launch policy, "fusion_skip"
+    names.  Returns the kernel's name."""
+    import numpy as np  # noqa: PLC0415
+
+    if op == "rmsnorm":
+        beta = None
+    aligned = all(p is None or p % 16 == 0 for p in (x, skip, bias, gamma, beta, y, sum_out))
+    name, grid, block = norm_launch_config(op, dtype, rows, cols, aligned)
+    name = "fusion_skip" + name.removeprefix("fusion_")
+    args = (x, skip, bias, gamma, beta, y, sum_out, np.int64(rows), np.int32(cols), np.float32(eps))
+    module.get_function(name)((grid,), (block,), args)
     return name
 
 

@@ -68,18 +68,19 @@ class Emitter:
         self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.name(op_type), domain=domain or None, **attrs))
         return outs
 
-    def plugin(self, spec: specs.PluginSpec, inputs: list[str], output: str, elem_type: int, **fields: Any) -> str:
-        """Add a custom node exactly as ``spec`` describes it."""
-        spec.check_arity(len(inputs), 1)
+    def plugin(self, spec: specs.PluginSpec, inputs: list[str], output: str | list[str], elem_type: int, **fields: Any) -> str:
+        """Add a custom node exactly as ``spec`` describes it; returns its first output."""
+        outputs = [output] if isinstance(output, str) else list(output)
+        spec.check_arity(len(inputs), len(outputs))
         attrs = spec.attributes(fields)
         # Tensor fields are never baked into a body (and would make the Use unhashable).
         baked = ((k, v) for k, v in attrs.items() if not isinstance(v, (np.ndarray, onnx.TensorProto)))
         use = functions.Use(tuple(sorted(baked)), elem_type)
         if self.editor is not None:
             self.editor.admit(spec, [u for s, u in self.plugin_uses if s is spec] + [use])
-        self.node(spec.op_type, inputs, [output], domain=spec.domain, **attrs)
+        self.node(spec.op_type, inputs, outputs, domain=spec.domain, **attrs)
         self.plugin_uses.append((spec, use))
-        return output
+        return outputs[0]
 
     def reshape(self, y: str, shape: str) -> str:
         """Reshape ``y`` to the run-time ``shape`` whose 0s are zero-size dims, not copies."""

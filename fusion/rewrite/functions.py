@@ -145,19 +145,24 @@ class _CannotBake(Exception):
     pass
 
 
-def _norm_body(b: Body, centered: bool, scale: str, bias: str | None, axis_field: str | None, axis: int | None) -> None:
-    """Y = normalize(X over dims [axis, rank)) * scale (+ bias), computed in fp32 on a 2-D view."""
-    x2 = b.to_compute(b.flatten("X", axis_field, axis))
+def _norm_body(
+    b: Body, centered: bool, scale: str, bias: str | None, axis_field: str | None, axis: int | None,
+    x: str = "X", out: str = "Y", eps: float | None = None,
+) -> None:
+    """``out`` = normalize(``x`` over dims [axis, rank)) * scale (+ bias), computed in fp32 on a
+    2-D view; epsilon is the node's field, or ``eps`` where the op has none."""
+    x2 = b.to_compute(b.flatten(x, axis_field, axis))
     if centered:
         x2 = b.op("Sub", x2, b.reduce_mean_last(x2))
     var = b.reduce_mean_last(b.op("Mul", x2, x2))
-    std = b.op("Sqrt", b.op("Add", var, b.float_field("epsilon")))
+    epsilon = b.float_field("epsilon") if eps is None else b.op("Constant", value=helper.make_tensor("eps", COMPUTE_TYPE, [], [eps]))
+    std = b.op("Sqrt", b.op("Add", var, epsilon))
     y = b.op("Mul", b.op("Div", x2, std), b.to_compute(b.op("Flatten", scale, axis=0)))
     if bias is not None:
         y = b.op("Add", y, b.to_compute(b.op("Flatten", bias, axis=0)))
     # Back to X's shape; an empty X stays empty in every dim it has.
-    b.reshape(b.like_input(y, "X"), b.op("Shape", "X"))
-    b.rename_last("Y")
+    b.reshape(b.like_input(y, x), b.op("Shape", x))
+    b.rename_last(out)
 
 
 def _layer_norm(b: Body) -> None:

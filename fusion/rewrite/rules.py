@@ -58,9 +58,17 @@ class Rule:
     # The forms the pattern covers, one line each ("part: forms"); the README's variant
     # table is rendered from these (fusion/docs.py), so they live next to the pattern.
     variants: tuple[str, ...] = ()
+    # A rule that extends a later one at the same root (skip norms): where both miss, the later
+    # rule's reason is the one reported (it says why even the smaller fusion did not happen).
+    defers_misses: bool = False
 
     def check(self, m: Match, ctx: Context) -> Any:
         raise NotImplementedError
+
+    def exported(self, m: Match) -> frozenset[int]:
+        """Ids of matched nodes whose output the rewrite writes again under the same name, so
+        nodes outside the match may read it (the driver's safety rule spares them)."""
+        return frozenset()
 
     def rewrite(self, desc: Any, em: Emitter, ctx: Context) -> None:
         raise NotImplementedError

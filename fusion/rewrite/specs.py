@@ -153,7 +153,8 @@ class PluginSpec:
         need = sum(not p.optional for p in self.inputs)
         if not need <= n_inputs <= len(self.inputs):
             raise ValueError(f"{self.op_type} takes {need}..{len(self.inputs)} inputs, got {n_inputs}")
-        if n_outputs != len(self.outputs):
+        need = sum(not p.optional for p in self.outputs)
+        if not need <= n_outputs <= len(self.outputs):
             raise ValueError(f"{self.op_type} has {len(self.outputs)} output(s), got {n_outputs}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -235,6 +236,45 @@ TRT_LAYER_NORM = PluginSpec(
     provider="tensorrt",
 )
 
+_WITH_SUM = Field(
+    "with_sum",
+    FieldType.INT,
+    "1: the node also outputs Sum = X + Skip (+ Bias) (pre-norm: the next residual reads it)",
+    default=0,
+    choices=(0, 1),
+)
+_SKIP_INPUTS = (
+    Port("X", "input, fp32/fp16/bf16"),
+    Port("Skip", "residual, same shape and type as X"),
+    Port("Bias", "added to X + Skip, shaped like the normalized dims, same type as X (the emitter always provides it)"),
+    Port("Scale", "γ, shaped like the normalized dims, same type as X"),
+)
+_SUM = Port("Sum", "X + Skip (+ Bias), same type and shape as X; present iff with_sum = 1", optional=True)
+
+FUSED_SKIP_LAYER_NORM = PluginSpec(
+    op_type="FusedSkipLayerNorm",
+    version="1",
+    namespace="fusion",
+    inputs=_SKIP_INPUTS + (Port("B", "β, shaped like the normalized dims, same type as X"),),
+    outputs=(Port("Y", "LayerNorm(X + Skip + Bias), same type and shape as X"), _SUM),
+    fields=(_EPS, _AXIS, _WITH_SUM),
+    doc="S = X + Skip + Bias; Y = (S - mean) / sqrt(var + epsilon) * Scale + B over dims [axis, rank), fp32 "
+    "accumulation; Sum = S when with_sum = 1.",
+    source_dir="skipnorm",
+)
+
+FUSED_SKIP_RMS_NORM = PluginSpec(
+    op_type="FusedSkipRMSNorm",
+    version="1",
+    namespace="fusion",
+    inputs=_SKIP_INPUTS,
+    outputs=(Port("Y", "RMSNorm(X + Skip + Bias), same type and shape as X"), _SUM),
+    fields=(_EPS, _AXIS, _WITH_SUM),
+    doc="S = X + Skip + Bias; Y = S / sqrt(mean(S^2) + epsilon) * Scale over dims [axis, rank), fp32 accumulation; "
+    "Sum = S when with_sum = 1.",
+    source_dir="skipnorm",
+)
+
 FC_ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh")
 
 FUSED_FC = PluginSpec(
@@ -258,6 +298,7 @@ FUSED_FC = PluginSpec(
 )
 
 SPECS: tuple[PluginSpec, ...] = (FUSED_LAYER_NORM, FUSED_RMS_NORM, FUSED_FC, TRT_LAYER_NORM)
+SPECS = SPECS + (FUSED_SKIP_LAYER_NORM, FUSED_SKIP_RMS_NORM)
 
 
 def by_op_type(op_type: str, domain: str = PLUGIN_DOMAIN) -> PluginSpec | None:
@@ -342,3 +383,31 @@ TRT_GROUP_NORM = PluginSpec(
 )
 
 SPECS = SPECS + (FUSED_GROUP_NORM, TRT_GROUP_NORM)
+# Shipped in TensorRT's libnvinfer_plugin (BERT demo plugin, 7.x ... 10.x).  Read from TensorRT OSS
+# plugin/skipLayerNormPlugin at tag 8.5.3: version "1" (creator fields ld, type_id, beta, gamma,
+# bias; bias optional) takes input and skip of equal dims, rank 5 [S, B, E, 1, 1] (dims 3 and 4
+# must be 1), normalizes over E = d[2], adds the bias first; one output (no sum); no epsilon:
+# rsigma = rsqrt(E[s^2] - mean^2), accumulated in the I/O type (fp16 in fp16), one pass.  Later
+# releases add the type's machine epsilon.  Weights arrive as PluginField Weights (the
+# FallbackPluginImporter makes them from TENSOR attributes), converted to the I/O type.
+TRT_SKIP_LAYER_NORM = PluginSpec(
+    op_type="CustomSkipLayerNormPluginDynamic",
+    version="1",
+    namespace="",
+    inputs=(
+        Port("input", "rank 5 [S, B, E, 1, 1], fp32 or fp16 as type_id says"),
+        Port("skip", "residual, same shape and type as input"),
+    ),
+    outputs=(Port("output", "LayerNorm over E of input + skip (+ bias)"),),
+    fields=(
+        Field("type_id", FieldType.INT, "the input/compute type: 0 fp32, 1 fp16", choices=(0, 1)),
+        Field("ld", FieldType.INT, "E, the normalized (hidden) size"),
+        Field("beta", FieldType.TENSOR, "β [E]"),
+        Field("gamma", FieldType.TENSOR, "γ [E]"),
+        Field("bias", FieldType.TENSOR, "bias [E] added to input + skip before the norm (zeros where the model has none)"),
+    ),
+    doc="TensorRT's shipped skip LayerNorm plugin (v1): output = LayerNorm(input + skip + bias) over E, no epsilon field.",
+    provider="tensorrt",
+)
+
+SPECS = SPECS + (TRT_SKIP_LAYER_NORM,)

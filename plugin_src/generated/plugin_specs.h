@@ -107,6 +107,63 @@ constexpr char const* kACTIVATION_CHOICES[] = {"none", "relu", "gelu_erf", "gelu
 constexpr int32_t kNB_ACTIVATION_CHOICES = 4;
 } // namespace fused_fc
 
+// S = X + Skip + Bias; Y = (S - mean) / sqrt(var + epsilon) * Scale + B over dims [axis, rank), fp32 accumulation; Sum = S when with_sum = 1.
+namespace fused_skip_layer_norm
+{
+constexpr FieldSpec kFIELDS[] = {
+    {"epsilon", nvinfer1::PluginFieldType::kFLOAT32, 1, true},
+    {"axis", nvinfer1::PluginFieldType::kINT32, 1, false},
+    {"with_sum", nvinfer1::PluginFieldType::kINT32, 1, false},
+};
+constexpr PluginSpec kSPEC{"FusedSkipLayerNorm", "1", "fusion", 5, 5, 2, 3, kFIELDS};
+enum Field : int32_t
+{
+    kEPSILON = 0,
+    kAXIS = 1,
+    kWITH_SUM = 2,
+};
+enum Input : int32_t
+{
+    kINPUT_X = 0,
+    kINPUT_SKIP = 1,
+    kINPUT_BIAS = 2,
+    kINPUT_SCALE = 3,
+    kINPUT_B = 4,
+};
+constexpr int32_t kAXIS_DEFAULT = -1;
+constexpr int32_t kWITH_SUM_DEFAULT = 0;
+constexpr int32_t kWITH_SUM_CHOICES[] = {0, 1};
+constexpr int32_t kNB_WITH_SUM_CHOICES = 2;
+} // namespace fused_skip_layer_norm
+
+// S = X + Skip + Bias; Y = S / sqrt(mean(S^2) + epsilon) * Scale over dims [axis, rank), fp32 accumulation; Sum = S when with_sum = 1.
+namespace fused_skip_rms_norm
+{
+constexpr FieldSpec kFIELDS[] = {
+    {"epsilon", nvinfer1::PluginFieldType::kFLOAT32, 1, true},
+    {"axis", nvinfer1::PluginFieldType::kINT32, 1, false},
+    {"with_sum", nvinfer1::PluginFieldType::kINT32, 1, false},
+};
+constexpr PluginSpec kSPEC{"FusedSkipRMSNorm", "1", "fusion", 4, 4, 2, 3, kFIELDS};
+enum Field : int32_t
+{
+    kEPSILON = 0,
+    kAXIS = 1,
+    kWITH_SUM = 2,
+};
+enum Input : int32_t
+{
+    kINPUT_X = 0,
+    kINPUT_SKIP = 1,
+    kINPUT_BIAS = 2,
+    kINPUT_SCALE = 3,
+};
+constexpr int32_t kAXIS_DEFAULT = -1;
+constexpr int32_t kWITH_SUM_DEFAULT = 0;
+constexpr int32_t kWITH_SUM_CHOICES[] = {0, 1};
+constexpr int32_t kNB_WITH_SUM_CHOICES = 2;
+} // namespace fused_skip_rms_norm
+
 // Y = (X - mean_g) / sqrt(var_g + epsilon) * Scale[c] + B[c] per group g of C / num_groups channels, then SiLU if silu = 1; fp32 statistics.
 namespace fused_group_norm
 {

@@ -518,6 +518,9 @@ struct Case
     std::function<std::vector<HostTensor>(std::mt19937&)> makeInputs; // optional
     double atol{1e-4};
     double rtol{1e-4};
+    int32_t nbOutputs{1}; // every output has `output`'s shape; only output 0 is compared with `reference`
+    // Optional: the reference of output 1 (skip norms' Sum), compared exactly.
+    std::function<std::vector<double>(std::vector<HostTensor> const&)> reference1;
 };
 
 struct Report
@@ -573,7 +576,10 @@ bool checkFormats(IPluginV3OneBuild* build, Case const& c, std::string& why)
 {
     size_t const nIn = c.inputs.size();
     std::vector<Shape> all = c.inputs;
-    all.push_back(c.output);
+    for (int32_t k = 0; k < c.nbOutputs; ++k)
+    {
+        all.push_back(c.output);
+    }
     auto io = dynamicDescs(all, c.type, true);
     DataType const other = c.type == DataType::kFLOAT ? DataType::kHALF : DataType::kFLOAT;
     for (int32_t pos = 0; pos < static_cast<int32_t>(io.size()); ++pos)
@@ -582,7 +588,7 @@ bool checkFormats(IPluginV3OneBuild* build, Case const& c, std::string& why)
             auto copy = io;
             copy[static_cast<size_t>(pos)].desc.type = t;
             copy[static_cast<size_t>(pos)].desc.format = f;
-            return build->supportsFormatCombination(pos, copy.data(), static_cast<int32_t>(nIn), 1);
+            return build->supportsFormatCombination(pos, copy.data(), static_cast<int32_t>(nIn), c.nbOutputs);
         };
         if (!probe(c.type, TensorFormat::kLINEAR))
         {
@@ -656,11 +662,15 @@ std::string runCase(Case const& c, bool cpuOnly, std::mt19937& rng, bool& ok)
     if (caps)
     {
         r.step("identity", c.plugin == core->getPluginName());
-        r.step("nb_outputs", build->getNbOutputs() == 1);
+        r.step("nb_outputs", build->getNbOutputs() == c.nbOutputs);
         std::vector<DataType> inTypes(nIn, c.type);
-        DataType outType = DataType::kINT8;
-        r.step("output_types",
-            build->getOutputDataTypes(&outType, 1, inTypes.data(), static_cast<int32_t>(nIn)) == 0 && outType == c.type);
+        std::vector<DataType> outTypes(static_cast<size_t>(c.nbOutputs), DataType::kINT8);
+        bool typesOk = build->getOutputDataTypes(outTypes.data(), c.nbOutputs, inTypes.data(), static_cast<int32_t>(nIn)) == 0;
+        for (DataType t : outTypes)
+        {
+            typesOk = typesOk && t == c.type;
+        }
+        r.step("output_types", typesOk);
 
         // Shapes: dim 0 of X symbolic (value = its size in this run), the rest constants.
         std::vector<DimsExprs> in(nIn);
@@ -672,13 +682,17 @@ std::string runCase(Case const& c, bool cpuOnly, std::mt19937& rng, bool& ok)
                 in[i].d[d] = (i == 0 && d == 0) ? eb.symbol(c.inputs[i][d]) : eb.constant(c.inputs[i][d]);
             }
         }
-        DimsExprs out{};
-        bool shapeOk = build->getOutputShapes(in.data(), static_cast<int32_t>(nIn), nullptr, 0, &out, 1, eb) == 0
-            && out.nbDims == static_cast<int32_t>(c.output.size());
-        for (int32_t d = 0; shapeOk && d < out.nbDims; ++d)
+        std::vector<DimsExprs> outs(static_cast<size_t>(c.nbOutputs));
+        bool shapeOk
+            = build->getOutputShapes(in.data(), static_cast<int32_t>(nIn), nullptr, 0, outs.data(), c.nbOutputs, eb) == 0;
+        for (DimsExprs const& out : outs)
         {
-            auto const* e = static_cast<Expr const*>(out.d[d]);
-            shapeOk = e != nullptr && e->value() == c.output[static_cast<size_t>(d)] && (e->isConstant() == (d != 0));
+            shapeOk = shapeOk && out.nbDims == static_cast<int32_t>(c.output.size());
+            for (int32_t d = 0; shapeOk && d < out.nbDims; ++d)
+            {
+                auto const* e = static_cast<Expr const*>(out.d[d]);
+                shapeOk = e != nullptr && e->value() == c.output[static_cast<size_t>(d)] && (e->isConstant() == (d != 0));
+            }
         }
         r.step("output_shapes", shapeOk, "expected " + shapeText(c.output));
 
@@ -686,10 +700,11 @@ std::string runCase(Case const& c, bool cpuOnly, std::mt19937& rng, bool& ok)
         r.step("formats", checkFormats(build, c, why), why);
 
         auto inD = dynamicDescs(c.inputs, c.type, true);
-        auto outD = dynamicDescs({c.output}, c.type, true);
-        r.step("configure", build->configurePlugin(inD.data(), static_cast<int32_t>(nIn), outD.data(), 1) == 0,
+        auto outD = dynamicDescs(std::vector<Shape>(static_cast<size_t>(c.nbOutputs), c.output), c.type, true);
+        r.step("configure",
+            build->configurePlugin(inD.data(), static_cast<int32_t>(nIn), outD.data(), c.nbOutputs) == 0,
             gFinder.logger.last);
-        workspace = build->getWorkspaceSize(inD.data(), static_cast<int32_t>(nIn), outD.data(), 1);
+        workspace = build->getWorkspaceSize(inD.data(), static_cast<int32_t>(nIn), outD.data(), c.nbOutputs);
         r.step("workspace", workspace < (size_t{1} << 30));
 
         // Serialize -> recreate (engine deserialization) -> fields agree; clone agrees.
@@ -724,6 +739,7 @@ std::string runCase(Case const& c, bool cpuOnly, std::mt19937& rng, bool& ok)
         }
         size_t const outBytes = static_cast<size_t>(numel(c.output)) * typeSize(c.type);
         DeviceBuffer dOut(outBytes);
+        DeviceBuffer dOut1(c.nbOutputs > 1 ? outBytes : 0);
         DeviceBuffer dWs(workspace);
         cudaStream_t stream;
         CUDA_OK(cudaStreamCreate(&stream));
@@ -742,12 +758,16 @@ std::string runCase(Case const& c, bool cpuOnly, std::mt19937& rng, bool& ok)
             ins[0][0] = rows0;
             outS[0] = rows0;
             auto inD = staticDescs(ins, c.type);
-            auto outD = staticDescs({outS}, c.type);
+            auto outD = staticDescs(std::vector<Shape>(static_cast<size_t>(c.nbOutputs), outS), c.type);
             CUDA_OK(cudaMemsetAsync(dOut.ptr, 0xFF, outBytes, stream)); // NaN-fill: unwritten output shows
-            bool ok2 = rt->onShapeChange(inD.data(), static_cast<int32_t>(nIn), outD.data(), 1) == 0;
-            void* outPtr = dOut.ptr;
+            if (c.nbOutputs > 1)
+            {
+                CUDA_OK(cudaMemsetAsync(dOut1.ptr, 0xFF, outBytes, stream));
+            }
+            bool ok2 = rt->onShapeChange(inD.data(), static_cast<int32_t>(nIn), outD.data(), c.nbOutputs) == 0;
+            void* outPtrs[2] = {dOut.ptr, dOut1.ptr};
             ok2 = ok2
-                && rt->enqueue(inD.data(), outD.data(), inPtrs.data(), &outPtr, workspace ? dWs.ptr : nullptr, stream)
+                && rt->enqueue(inD.data(), outD.data(), inPtrs.data(), outPtrs, workspace ? dWs.ptr : nullptr, stream)
                     == 0;
             CUDA_OK(cudaStreamSynchronize(stream));
             if (!ok2)
@@ -764,6 +784,15 @@ std::string runCase(Case const& c, bool cpuOnly, std::mt19937& rng, bool& ok)
             d << "max_abs_err " << cmp.maxAbs << ", " << cmp.bad << " of " << n << " out of tolerance";
             r.step(stage, cmp.bad == 0, d.str());
             r.steps << ", \"" << stage << "_max_abs_err\": " << cmp.maxAbs;
+            if (c.reference1)
+            {
+                std::vector<double> const ref1 = c.reference1(host);
+                std::vector<char> got1(n * typeSize(c.type));
+                CUDA_OK(cudaMemcpy(got1.data(), dOut1.ptr, got1.size(), cudaMemcpyDeviceToHost));
+                Compare const cmp1 = compare(got1, c.type,
+                    std::vector<double>(ref1.begin(), ref1.begin() + static_cast<std::ptrdiff_t>(n)), 0.0, 0.0);
+                r.step(stage + "_sum", cmp1.bad == 0, std::to_string(cmp1.bad) + " of " + std::to_string(n) + " differ");
+            }
         };
 
         int64_t const rows0 = c.inputs[0][0];
@@ -899,6 +928,78 @@ std::vector<Case> normCases()
                     if (t == DataType::kBF16)
                     {
                         c.atol = 6e-2; // an offset-8 bf16 input keeps 4 fraction bits less
+                    }
+                    cases.push_back(std::move(c));
+                }
+            }
+        }
+    }
+    return cases;
+}
+
+// S = X + Skip + Bias rounded to the type after each add (the kernels' and the model's order).
+HostTensor skipSum(HostTensor const& x, HostTensor const& skip, HostTensor const& bias, int64_t cols)
+{
+    HostTensor s = x;
+    for (size_t i = 0; i < x.values.size(); ++i)
+    {
+        store(s, i, static_cast<float>(x.values[i] + skip.values[i]));
+        store(s, i, static_cast<float>(s.values[i] + bias.values[i % static_cast<size_t>(cols)]));
+    }
+    return s;
+}
+
+std::vector<Case> skipNormCases()
+{
+    std::vector<Case> cases;
+    Shape const shapes[] = {{4, 37, 1025}, {6, 8, 768}};
+    for (bool rms : {false, true})
+    {
+        for (DataType t : kTYPES)
+        {
+            for (Shape const& x : shapes)
+            {
+                for (int withSum : {0, 1})
+                {
+                    Case c;
+                    c.plugin = rms ? specs::fused_skip_rms_norm::kSPEC.name : specs::fused_skip_layer_norm::kSPEC.name;
+                    c.type = t;
+                    double const eps = 1e-5;
+                    c.fields = {{"epsilon", num(eps)}, {"axis", "-1"}, {"with_sum", std::to_string(withSum)}};
+                    Shape const norm{x.back()};
+                    int const nIn = rms ? 4 : 5;
+                    c.inputs = {x, x};
+                    for (int i = 2; i < nIn; ++i)
+                    {
+                        c.inputs.push_back(norm);
+                    }
+                    c.output = x;
+                    c.nbOutputs = 2;
+                    c.label = std::string(rms ? "skip rms" : "skip ln") + " with_sum=" + std::to_string(withSum);
+                    int64_t const cols = x.back();
+                    c.reference = [rms, cols, eps](std::vector<HostTensor> const& h) {
+                        HostTensor const s = skipSum(h[0], h[1], h[2], cols);
+                        return normReference(rms, s, &h[3], rms ? nullptr : &h[4], cols, eps);
+                    };
+                    if (withSum)
+                    {
+                        c.reference1 = [cols](std::vector<HostTensor> const& h) { return skipSum(h[0], h[1], h[2], cols).values; };
+                    }
+                    DataType const type = t;
+                    c.makeInputs = [type, nIn, x, norm](std::mt19937& rng) {
+                        std::vector<HostTensor> h;
+                        h.push_back(randomTensor(type, x, rng, -2.F, 2.F, 4.F));
+                        h.push_back(randomTensor(type, x, rng, -2.F, 2.F, 4.F));
+                        for (int i = 2; i < nIn; ++i)
+                        {
+                            h.push_back(randomTensor(type, norm, rng, -1.5F, 1.5F));
+                        }
+                        return h;
+                    };
+                    tolerances(c, false);
+                    if (t == DataType::kBF16)
+                    {
+                        c.atol = 6e-2;
                     }
                     cases.push_back(std::move(c));
                 }
@@ -1329,6 +1430,10 @@ int main(int argc, char** argv)
         cases.push_back(std::move(c));
     }
     for (auto& c : groupNormCases())
+    {
+        cases.push_back(std::move(c));
+    }
+    for (auto& c : skipNormCases())
     {
         cases.push_back(std::move(c));
     }

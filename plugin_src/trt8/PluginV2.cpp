@@ -189,6 +189,72 @@ void NormPluginV2::writeFields(FieldWriter& w)
     mCfg.writeFields(w);
 }
 
+// ------------------------------------------------------------------ SkipNormPluginV2
+
+SkipNormPluginV2::SkipNormPluginV2(SkipNormConfig const& config)
+    : SpecPluginV2(config.spec())
+    , mCfg(config)
+{
+}
+
+SpecPluginV2* SkipNormPluginV2::create(NormOp op, PluginFieldCollection const* fc)
+{
+    SkipNormConfig cfg;
+    return SkipNormConfig::fromFields(op, fc, cfg) ? new SkipNormPluginV2(cfg) : nullptr;
+}
+
+IPluginV2DynamicExt* SkipNormPluginV2::clone() const noexcept
+{
+    return new (std::nothrow) SkipNormPluginV2(*this);
+}
+
+DimsExprs SkipNormPluginV2::getOutputDimensions(
+    int32_t outputIndex, DimsExprs const* inputs, int32_t nbInputs, IExprBuilder& /*exprBuilder*/) noexcept
+{
+    if (outputIndex < 0 || outputIndex > 1 || nbInputs < mSpec.minInputs || nbInputs > mSpec.maxInputs
+        || mCfg.firstNormDim(inputs[0].nbDims) < 0)
+    {
+        logError(std::string(mSpec.name) + ": bad inputs for the output shape");
+        return DimsExprs{};
+    }
+    return inputs[0]; // Y and Sum have X's shape
+}
+
+void SkipNormPluginV2::configurePlugin(
+    DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* /*out*/, int32_t nbOutputs) noexcept
+{
+    if (in == nullptr || nbInputs < 1 || nbInputs > 5 || nbOutputs != 2)
+    {
+        return;
+    }
+    Dims dims[5];
+    for (int32_t i = 0; i < nbInputs; ++i)
+    {
+        dims[i] = in[i].desc.dims;
+    }
+    if (mCfg.checkShapes(dims, nbInputs))
+    {
+        mNbInputs = nbInputs;
+    }
+}
+
+size_t SkipNormPluginV2::getWorkspaceSize(
+    PluginTensorDesc const* /*inputs*/, int32_t /*nbInputs*/, PluginTensorDesc const* /*outputs*/, int32_t /*nbOutputs*/) const noexcept
+{
+    return 0;
+}
+
+int32_t SkipNormPluginV2::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* /*outputDesc*/,
+    void const* const* inputs, void* const* outputs, void* /*workspace*/, cudaStream_t stream) noexcept
+{
+    return mCfg.enqueue(inputDesc, mNbInputs, inputs, outputs, stream);
+}
+
+void SkipNormPluginV2::writeFields(FieldWriter& w)
+{
+    mCfg.writeFields(w);
+}
+
 // ------------------------------------------------------------------ FcPluginV2
 
 FcPluginV2::FcPluginV2(FcConfig const& config)

@@ -8,6 +8,7 @@
 #include "common/normCore.h"
 #include "fc/fcCore.h"
 #include "groupnorm/groupNormCore.h"
+#include "skipnorm/skipCore.h"
 
 #include <memory>
 #include <string>
@@ -76,6 +77,31 @@ protected:
 
 private:
     NormConfig mCfg;
+    int32_t mNbInputs{0}; // set by configurePlugin: enqueue is not told
+};
+
+// FusedSkipLayerNorm / FusedSkipRMSNorm: outputs Y and Sum (written only when with_sum = 1).
+class SkipNormPluginV2 final : public SpecPluginV2
+{
+public:
+    explicit SkipNormPluginV2(SkipNormConfig const& config);
+    static SpecPluginV2* create(NormOp op, nvinfer1::PluginFieldCollection const* fc);
+
+    nvinfer1::IPluginV2DynamicExt* clone() const noexcept override;
+    nvinfer1::DimsExprs getOutputDimensions(int32_t outputIndex, nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
+        nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+    void configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    size_t getWorkspaceSize(nvinfer1::PluginTensorDesc const* inputs, int32_t nbInputs,
+        nvinfer1::PluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
+        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
+
+protected:
+    void writeFields(FieldWriter& w) override;
+
+private:
+    SkipNormConfig mCfg;
     int32_t mNbInputs{0}; // set by configurePlugin: enqueue is not told
 };
 

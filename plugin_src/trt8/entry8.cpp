@@ -45,6 +45,10 @@ nvinfer1::IPluginCreator* const* creators(int32_t& count)
         new PluginCreatorV2(fusion::specs::fused_rms_norm::kSPEC,
             [](nvinfer1::PluginFieldCollection const* fc) { return fusion::NormPluginV2::create(fusion::NormOp::kRMS_NORM, fc); }),
         new PluginCreatorV2(fusion::specs::fused_fc::kSPEC, &fusion::FcPluginV2::create),
+        new PluginCreatorV2(fusion::specs::fused_skip_layer_norm::kSPEC,
+            [](nvinfer1::PluginFieldCollection const* fc) { return fusion::SkipNormPluginV2::create(fusion::NormOp::kLAYER_NORM, fc); }),
+        new PluginCreatorV2(fusion::specs::fused_skip_rms_norm::kSPEC,
+            [](nvinfer1::PluginFieldCollection const* fc) { return fusion::SkipNormPluginV2::create(fusion::NormOp::kRMS_NORM, fc); }),
         new PluginCreatorV2(fusion::specs::fused_group_norm::kSPEC, &fusion::GroupNormPluginV2::create),
     };
     count = static_cast<int32_t>(sizeof(list) / sizeof(list[0]));
