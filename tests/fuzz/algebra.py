@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from .builder import DOUBLE, FLOAT, FULL, NONE, NP, Container, Value
-from .pieces import CONST, CORE, POST, Built, Leak, Role, _arith, _reduced, wider
+from .builder import FLOAT, FULL, NONE, NP, Container, Value
+from .pieces import CONST, CORE, POST, Built, Leak, Role, _arith, _reduced, same_type_alts
 
 
 @dataclass(frozen=True)
@@ -183,21 +183,10 @@ class AlgebraNorm:
 
     def _typed(self, built: Built, t: int, where: str) -> Built:
         """Below opset 15 one body serves one element type per op (spec.admitted): the op this
-        norm emits and the types its node may take. The chain computes in the model's type;
-        like every norm pattern it may take in a float Cast of x before it (cast(x))."""
-
-        def alts(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
-            if where == "function":  # (untyped: cast to the chain's type)
-                return ((t, bool(absorb), False),)
-            out = []
-            for end in ((extend,) if extend else ()) + (t,):
-                if absorb:
-                    out.append((wider(absorb, t, end), True, False))
-                out.append((wider(t, end), False, False))
-            return tuple(e for e in out if e[0] != DOUBLE)
-
+        norm emits and the types its node may take. It computes in the model's type and, like
+        every norm pattern, may take in a float Cast of x before it (cast(x))."""
         built.op = "FusedLayerNorm" if self.kind == "layer" else "FusedRMSNorm"
-        built.alts = alts
+        built.alts = same_type_alts(t, where)
         built.takes_cast = True
         return built
 

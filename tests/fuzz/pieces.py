@@ -119,6 +119,23 @@ class Built:
 _WIDTH = {FLOAT16: 16, FLOAT: 32, DOUBLE: 64}
 
 
+def same_type_alts(t: int, where: str) -> Alts:
+    """The types a norm computing in its input's type ``t`` may take (spec.admitted): wider
+    when it takes in a Cast before it (``absorb``) or ends with the next piece's (``extend``)."""
+
+    def alts(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
+        if where == "function":  # (untyped: cast to the chain's type)
+            return ((t, bool(absorb), False),)
+        out = []
+        for end in ((extend,) if extend else ()) + (t,):
+            if absorb:
+                out.append((wider(absorb, t, end), True, False))
+            out.append((wider(t, end), False, False))
+        return tuple(e for e in out if e[0] != DOUBLE)
+
+    return alts
+
+
 def wider(*types: int) -> int:
     return max(types, key=_WIDTH.__getitem__)
 
@@ -493,17 +510,8 @@ class TFNorm:
         else:
             y = c.op("Sub", xs, ms)
         role(y, shape, POST)
-        def alts(absorb: int = 0, cut: bool = False, extend: int = 0) -> tuple:
-            if where == "function":  # (untyped: cast to the chain's type)
-                return ((t, bool(absorb), False),)
-            out = []
-            for end in ((extend,) if extend else ()) + (t,):
-                if absorb:
-                    out.append((wider(absorb, t, end), True, False))
-                out.append((wider(t, end), False, False))
-            return tuple(e for e in out if e[0] != DOUBLE)
-
-        return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles, op="FusedLayerNorm", alts=alts, takes_cast=True)
+        return Built(Value(y, t, shape, x.known), self.rule, self.count(x), roles, op="FusedLayerNorm",
+                     alts=same_type_alts(t, where), takes_cast=True)  # fmt: skip
 
 
 # -- fully connected -----------------------------------------------------------------------
