@@ -85,6 +85,21 @@ def max_error(a: onnx.ModelProto, b: onnx.ModelProto, feeds: dict[str, np.ndarra
     return max(float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()) for x, y in zip(ra, rb))
 
 
+# Fixture outputs, fused vs original: max abs error relative to max(1, |original|).
+FIXTURE_TOLERANCE = {"fp32": 2e-4, "fp16": 3e-2}
+
+
+def assert_fixture_outputs_match(record: dict, original: onnx.ModelProto, fused: onnx.ModelProto) -> None:
+    """The fused fixture computes what the original did at its min and max shapes."""
+    from .fixtures.catalog import random_feeds
+
+    for shape in ("min", "max"):
+        feeds = random_feeds(record, shape, seed=1)
+        for a, b in zip(run(original, feeds), run(fused, feeds)):
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            assert np.abs(a64 - b64).max() <= FIXTURE_TOLERANCE[record["dtype"]] * max(1.0, float(np.abs(a64).max()))
+
+
 def op_types(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 
