@@ -3,7 +3,8 @@
 # bench/trt_engines.py on TensorRT 8.5 (the bundle from ../shared/trt/make-bundle.sh, unpacked
 # to /tmp/trt85, or its parts in /tmp/trt-parts).  One model per call:
 #   MODEL=bert [ENGINES=unfused,trt_ln,trt_ln_fc] [PLUGINS=/path/libfusion_plugins_trt8.so] \
-#   [PRECISION=fp32] [TUNE=1] bash bench/run_gpu_engines.sh
+#   [PRECISION=fp32] [TUNE=1] [LAYERS=1] [TIMING_CACHE_IN=file] bash bench/run_gpu_engines.sh
+# LAYERS=1: each engine's per-layer profile (fusion.trt.layers), to $OUT/layers.tgz.
 # Results: bench/results/trt_engines.json (and $OUT/trt_engines.json when OUT is set); engines
 # and the timing cache stay in /tmp for the next call while the machine is warm.
 # TUNE=1 also runs `fuse --tune --target trt` on the model (timed: how long tuning takes).
@@ -22,8 +23,11 @@ export FUSION_COMMIT=${FUSION_COMMIT:-unknown}
 export CUDA_CACHE_PATH=/tmp/trt85_cuda_cache CUDA_CACHE_MAXSIZE=4294967296
 ONNX=/tmp/trt_models/$MODEL.onnx
 [ -f "$ONNX" ] || python3 bench/trt_engines.py export --model "$MODEL" --out /tmp/trt_models || exit 2
+# A timing cache carried from an earlier call (TIMING_CACHE_IN) saves most of a rebuild.
+[ -n "${TIMING_CACHE_IN:-}" ] && [ -f "$TIMING_CACHE_IN" ] && [ ! -f /tmp/trt_engines_timing.cache ] &&
+    cp "$TIMING_CACHE_IN" /tmp/trt_engines_timing.cache
 py310 bench/trt_engines.py run --model "$MODEL" --onnx "$ONNX" --precision "${PRECISION:-fp32}" \
-    ${ENGINES:+--engines $ENGINES} ${PLUGINS:+--plugins $PLUGINS}
+    ${ENGINES:+--engines $ENGINES} ${PLUGINS:+--plugins $PLUGINS} ${LAYERS:+--layers /tmp/trt_layers}
 rc=$?
 if [ -n "${TUNE:-}" ]; then
     case $MODEL in bert) PROF="batch=8 seq=128" ;; *) PROF="batch=8" ;; esac
@@ -35,5 +39,9 @@ if [ -n "${TUNE:-}" ]; then
     echo "tuning wall $((SECONDS - t0)) s" >> /tmp/trt_models/$MODEL.tune.txt
     tail -n 30 /tmp/trt_models/$MODEL.tune.txt
 fi
-[ -n "${OUT:-}" ] && cp bench/results/trt_engines.json /tmp/trt_models/*.tune.txt "$OUT"/ 2>/dev/null
+if [ -n "${OUT:-}" ]; then
+    cp bench/results/trt_engines.json /tmp/trt_models/*.tune.txt "$OUT"/ 2>/dev/null
+    [ -d /tmp/trt_layers ] && tar czf "$OUT/layers.tgz" -C /tmp/trt_layers .
+    cp /tmp/trt_engines_timing.cache "$OUT/" 2>/dev/null
+fi
 exit $rc

@@ -59,12 +59,20 @@ ENGINES: dict[str, tuple[str, list[str]] | None] = {
     "trt_ln_fc": ("trt", ["layernorm", "gemm"]),
     "plugin_ln": ("plugin", ["layernorm", "rmsnorm"]),
     "plugin_ln_fc": ("plugin", ["layernorm", "rmsnorm", "gemm"]),
+    "trt_skip": ("trt", ["layernorm", "skipnorm"]),
+    "plugin_skip": ("plugin", ["layernorm", "rmsnorm", "skipnorm"]),
+    "plugin_skip_fc": ("plugin", ["layernorm", "rmsnorm", "skipnorm", "gemm"]),
+    "plugin_default": ("plugin", None),  # the plugin target's default passes
 }
-NEEDS_PLUGINS = {"plugin_ln", "plugin_ln_fc"}
+NEEDS_PLUGINS = {"plugin_ln", "plugin_ln_fc", "plugin_skip", "plugin_skip_fc", "plugin_default"}
 MODELS = {
-    "bert": {"what": "BERT-base (12 layers, hidden 768), random weights", "batch": 8, "seq": 128},
+    "bert": {"what": "BERT-base (12 layers, hidden 768), random weights", "batch": 8, "seq": 128, "vocab": 30522},
     "vit": {"what": "ViT-base/16 (12 layers, hidden 768, 197 tokens), random weights", "batch": 8, "image": 224},
+    "gpt2": {"what": "GPT-2-small (12 layers, hidden 768), random weights", "batch": 8, "seq": 128, "vocab": 50257},
+    "llama": {"what": "small LLaMA (8 layers, hidden 1024, 16 heads, MLP 2816, RMSNorm), random weights", "batch": 8,
+              "seq": 128, "vocab": 32000},  # fmt: skip
 }
+TOKEN_MODELS = ("bert", "gpt2", "llama")
 
 
 # -- export (the GPU machine's python3: torch + transformers) -----------------------------------
@@ -82,12 +90,22 @@ def export(model: str, out_dir: Path) -> Path:
         net = transformers.BertModel(cfg, add_pooling_layer=False)
         example = torch.randint(0, cfg.vocab_size, (spec["batch"], spec["seq"]))
         name, axes = "input_ids", {0: "batch", 1: "seq"}
+    elif model == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=spec["vocab"])
+        net = transformers.GPT2Model(cfg)
+    elif model == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
+                                       intermediate_size=2816, vocab_size=spec["vocab"], max_position_embeddings=2048)  # fmt: skip
+        net = transformers.LlamaModel(cfg)
     else:
         cfg = transformers.ViTConfig(image_size=spec["image"], patch_size=16, hidden_size=768, num_hidden_layers=12,
                                      num_attention_heads=12, intermediate_size=3072)  # fmt: skip
         net = transformers.ViTModel(cfg, add_pooling_layer=False)
         example = torch.randn(spec["batch"], 3, spec["image"], spec["image"])
         name, axes = "pixel_values", {0: "batch"}
+    if model in ("gpt2", "llama"):
+        example = torch.randint(0, spec["vocab"], (spec["batch"], spec["seq"]))
+        name, axes = "input_ids", {0: "batch", 1: "seq"}
     try:  # the eager attention (matmul, softmax, matmul), which the TorchScript exporter writes out
         net.config._attn_implementation = "eager"
     except Exception:  # noqa: BLE001 - older/newer transformers: its default then
@@ -100,11 +118,12 @@ def export(model: str, out_dir: Path) -> Path:
             self.inner = inner
 
         def forward(self, x):
-            return self.inner(**{name: x}).last_hidden_state
+            extra = {"use_cache": False} if model in ("gpt2", "llama") else {}
+            return self.inner(**{name: x}, **extra).last_hidden_state
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{model}.onnx"
-    out_axes = {0: "batch", 1: "seq"} if model == "bert" else {0: "batch"}
+    out_axes = {0: "batch", 1: "seq"} if model in TOKEN_MODELS else {0: "batch"}
     with torch.no_grad():
         torch.onnx.export(LastHidden(net), (example,), str(path), input_names=[name], output_names=["last_hidden_state"],
                           dynamic_axes={name: axes, "last_hidden_state": out_axes}, opset_version=13,
@@ -132,15 +151,16 @@ def engines_to_run(names: list[str] | None, plugins: list[str]) -> tuple[list[st
 def profile_for(model: str, batch: int | None, seq: int | None) -> dict[str, Any]:
     spec = MODELS[model]
     b = batch or spec["batch"]
-    return {"batch": b, "seq": seq or spec["seq"]} if model == "bert" else {"batch": b}
+    return {"batch": b, "seq": seq or spec["seq"]} if model in TOKEN_MODELS else {"batch": b}
 
 
 def make_feed(model: str, proto, profile: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    if model == "bert":
-        return {"input_ids": rng.integers(0, 30522, (profile["batch"], profile["seq"])).astype(np.int64)}
+    if model in TOKEN_MODELS:
+        vocab = MODELS[model]["vocab"]
+        return {"input_ids": rng.integers(0, vocab, (profile["batch"], profile["seq"])).astype(np.int64)}
     size = MODELS["vit"]["image"]
     return {"pixel_values": rng.standard_normal((profile["batch"], 3, size, size)).astype(np.float32)}
 
@@ -152,7 +172,7 @@ def make_row(model: str, engine: str, precision: str, *, timing=None, unfused_ti
     from the same paired timing run."""
     target = ENGINES[engine][0] if ENGINES[engine] else None
     row: dict[str, Any] = {"model": model, "engine": engine, "target": target, "precision": precision,
-                           "passes": ENGINES[engine][1] if ENGINES[engine] else [], "fused": fused or {},
+                           "passes": (ENGINES[engine][1] or "default") if ENGINES[engine] else [], "fused": fused or {},
                            "plugin_layers": plugin_layers, "build_s": _r(build_s, 2)}  # fmt: skip
     if timing is not None:
         row.update(median_ms=_r(timing.median_ms), p10_ms=_r(timing.p10_ms), p90_ms=_r(timing.p90_ms),
@@ -313,6 +333,8 @@ def run(args: argparse.Namespace) -> int:
             row = make_row(args.model, name, args.precision, timing=timings[-1][0],
                            unfused_timing=timings[0][0], build_s=built.build_s, max_abs_err=err, fused=fused,
                            plugin_layers=plugin_layers, meta=row_meta)  # fmt: skip
+            if args.layers:
+                row["layer_kinds"] = profile(built, feed, args.layers / f"{args.model}_{name}_{args.precision}.json")
         except Exception as e:  # noqa: BLE001 - recorded per row
             LOG.error("%s: %s\n%s", name, _err(e), traceback.format_exc(limit=5))
             row = make_row(args.model, name, args.precision, error=_err(e), meta=row_meta)
@@ -326,6 +348,17 @@ def run(args: argparse.Namespace) -> int:
     for n in notes:
         print(n)
     return 0 if all("error" not in r for r in rows) else 1
+
+
+def profile(built, feed, path: Path) -> dict[str, Any]:
+    """The engine's per-layer times (fusion.trt.layers), written to ``path``; -> time per kind."""
+    from fusion.trt.layers import profile_layers
+
+    prof = profile_layers(built, feed)
+    LOG.info("layer profile of %s:\n%s", path.stem, prof.text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(prof.to_dict(), indent=1) + "\n")
+    return prof.by_kind()
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -347,6 +380,7 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--timing-cache", default=TIMING_CACHE)
     r.add_argument("--engine-dir", default=ENGINE_DIR, help="keep engines here and reuse them ('' to disable)")
     r.add_argument("--out", type=Path, default=RESULTS)
+    r.add_argument("--layers", type=Path, help="also profile each engine's layers; one JSON per engine in this folder")
     return p
 
 
