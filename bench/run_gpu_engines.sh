@@ -30,7 +30,7 @@ py310 bench/trt_engines.py run --model "$MODEL" --onnx "$ONNX" --precision "${PR
     ${ENGINES:+--engines $ENGINES} ${PLUGINS:+--plugins $PLUGINS} ${LAYERS:+--layers /tmp/trt_layers}
 rc=$?
 if [ -n "${TUNE:-}" ]; then
-    case $MODEL in bert) PROF="batch=8 seq=128" ;; *) PROF="batch=8" ;; esac
+    case $MODEL in vit) PROF="batch=8" ;; *) PROF="batch=8 seq=128" ;; esac
     t0=$SECONDS
     py310 -m fusion fuse "$ONNX" -o /tmp/trt_models/$MODEL.tuned.onnx --tune \
         --target "${TUNE_TARGET:-trt}" --profile $PROF --tactic-sources CUBLAS,CUBLAS_LT \

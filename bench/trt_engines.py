@@ -68,11 +68,13 @@ NEEDS_PLUGINS = {"plugin_ln", "plugin_ln_fc", "plugin_skip", "plugin_skip_fc", "
 MODELS = {
     "bert": {"what": "BERT-base (12 layers, hidden 768), random weights", "batch": 8, "seq": 128, "vocab": 30522},
     "vit": {"what": "ViT-base/16 (12 layers, hidden 768, 197 tokens), random weights", "batch": 8, "image": 224},
+    "bert4": {"what": "BERT-base width (hidden 768, 12 heads, MLP 3072) with 4 layers, random weights: for fp16, whose "
+                      "12-layer builds take ~470 s", "batch": 8, "seq": 128, "vocab": 30522, "layers": 4},  # fmt: skip
     "gpt2": {"what": "GPT-2-small (12 layers, hidden 768), random weights", "batch": 8, "seq": 128, "vocab": 50257},
     "llama": {"what": "small LLaMA (8 layers, hidden 1024, 16 heads, MLP 2816, RMSNorm), random weights", "batch": 8,
               "seq": 128, "vocab": 32000},  # fmt: skip
 }
-TOKEN_MODELS = ("bert", "gpt2", "llama")
+TOKEN_MODELS = ("bert", "bert4", "gpt2", "llama")
 
 
 # -- export (the GPU machine's python3: torch + transformers) -----------------------------------
@@ -84,8 +86,8 @@ def export(model: str, out_dir: Path) -> Path:
 
     torch.manual_seed(0)
     spec = MODELS[model]
-    if model == "bert":
-        cfg = transformers.BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    if model in ("bert", "bert4"):
+        cfg = transformers.BertConfig(hidden_size=768, num_hidden_layers=spec.get("layers", 12), num_attention_heads=12,
                                       intermediate_size=3072, vocab_size=30522, max_position_embeddings=512)  # fmt: skip
         net = transformers.BertModel(cfg, add_pooling_layer=False)
         example = torch.randint(0, cfg.vocab_size, (spec["batch"], spec["seq"]))
