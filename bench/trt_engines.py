@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
                            unfused_timing=timings[0][0], build_s=built.build_s, max_abs_err=err, fused=fused,
                            plugin_layers=plugin_layers, meta=row_meta)  # fmt: skip
             if args.layers:
-                row["layer_kinds"] = profile(built, feed, args.layers / f"{args.model}_{name}_{args.precision}.json")
+                row["layer_kinds"] = layer_profile(built, feed, args.layers / f"{args.model}_{name}_{args.precision}.json")
         except Exception as e:  # noqa: BLE001 - recorded per row
             LOG.error("%s: %s\n%s", name, _err(e), traceback.format_exc(limit=5))
             row = make_row(args.model, name, args.precision, error=_err(e), meta=row_meta)
@@ -352,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all("error" not in r for r in rows) else 1
 
 
-def profile(built, feed, path: Path) -> dict[str, Any]:
+def layer_profile(built, feed, path: Path) -> dict[str, Any]:
     """The engine's per-layer times (fusion.trt.layers), written to ``path``; -> time per kind."""
     from fusion.trt.layers import profile_layers
 
