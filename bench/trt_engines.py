@@ -108,6 +108,13 @@ def export(model: str, out_dir: Path) -> Path:
     if model in ("gpt2", "llama"):
         example = torch.randint(0, spec["vocab"], (spec["batch"], spec["seq"]))
         name, axes = "input_ids", {0: "batch", 1: "seq"}
+    # Fresh modules have γ = 1 and every bias 0, identical across layers: the exporter then keeps one
+    # initializer and reads it through Identity nodes, which TensorRT runs as copy layers outside
+    # Myelin.  Trained models have distinct values: perturb them so the graph looks like theirs.
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.dim() == 1:
+                p.add_(0.05 * torch.randn_like(p))
     try:  # the eager attention (matmul, softmax, matmul), which the TorchScript exporter writes out
         net.config._attn_implementation = "eager"
     except Exception:  # noqa: BLE001 - older/newer transformers: its default then
