@@ -10,6 +10,10 @@ fusions (FusionLayerNormalization, FusionLayerNormalizationTF, FusionSimplifiedL
 on an OnnxModel) and onnxscript's rules (layer_normalization and rms_normalization rule sets,
 after the passes they need: Constant nodes lifted, default attributes spelled out, shape
 inference).  A fused count above the ground truth is counted as false positives.
+
+Dense layers too, ours only (``fusion.run`` with the gemm pass; neither other tool has an FC
+fusion to compare): against the manifests' ``linear_modules`` (nn.Linear, GPT-2 Conv1D, Keras
+Dense / EinsumDense, Flax / Paddle Linear), under ``dense`` in the summary, per family and per row.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ def ours(model: onnx.ModelProto) -> int:
 
     c = fusion.run(model, ["layernorm", "rmsnorm"], validate=False).counts()
     return c.get("layernorm", 0) + c.get("rmsnorm", 0)
+
+
+def ours_dense(model: onnx.ModelProto) -> int:
+    import fusion
+
+    return fusion.run(model, ["gemm"], validate=False).counts().get("gemm", 0)
 
 
 def onnxruntime_fusions(model: onnx.ModelProto) -> int:
@@ -111,6 +121,7 @@ def main() -> int:
             by_family[rec["family"]][name] += min(found, expected)
         totals["expected"]["found"] += expected
         by_family[rec["family"]]["expected"] += expected
+        _count_dense(rec, path, row, totals["dense"], by_family[rec["family"]])
         rows.append(row)
     summary = {k: dict(v) for k, v in totals.items()}
     families = {k: dict(v) for k, v in sorted(by_family.items())}
@@ -118,8 +129,25 @@ def main() -> int:
     for name in TOOLS:
         t = totals[name]
         logging.info("%-12s %d/%d norms fused, %d false positives", name, t["found"], totals["expected"]["found"], t["false_positives"])
+    d = totals["dense"]
+    logging.info("%-12s %d/%d dense layers fused, %d false positives", "ours", d["found"], d["expected"], d["false_positives"])
     logging.info("wrote %s", args.out)
     return 0
+
+
+def _count_dense(rec: dict, path: Path, row: dict, total: collections.Counter, family: collections.Counter) -> None:
+    expected = rec["linear_modules"]
+    try:
+        found = ours_dense(onnx.load(str(path)))
+    except Exception as e:  # noqa: BLE001 - a crash found nothing
+        row["dense_error"] = f"{type(e).__name__}: {e}"[:200]
+        found = 0
+    row["dense_expected"], row["dense_ours"] = expected, found
+    total["expected"] += expected
+    total["found"] += min(found, expected)
+    total["false_positives"] += max(0, found - expected)
+    family["dense_expected"] += expected
+    family["dense_ours"] += min(found, expected)
 
 
 if __name__ == "__main__":

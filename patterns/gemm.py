@@ -9,6 +9,13 @@ Covered:
   any rank), then ``Add`` of a constant bias that varies only along the last dim ([N],
   [1, N], [1, 1, N], scalar), in either operand order; no Add where there is no bias (LLaMA,
   T5);
+* a weight written as data movement on a constant (tf2onnx's Keras EinsumDense:
+  ``Gemm(x, Reshape(W, Concat([-1], ReduceProd(Gather(Shape(W), [3, 4])))))``): Reshape,
+  Transpose, Identity, Squeeze, Unsqueeze and same-type Cast, with shapes and axes computed
+  from constants and static shapes only (``_weight_chain``).  The chain must start at a true
+  constant and end as a matrix; it is folded when rewriting (plugin: a new initializer; trt:
+  baked; onnx: the Gemm reads the chain's output as it is), and its nodes go only where
+  nothing else reads them;
 * then optionally ``Relu``, ``Gelu`` (opset 20, both approximations), or GELU written out:
   erf form ``0.5 * y * (1 + erf(y / sqrt2))`` (Div by sqrt2 or Mul by 1/sqrt2, the 0.5 in any
   of the places exporters put it, or a Div by 2) and tanh form ``0.5 * y * (1 + tanh(sqrt(2/pi)
@@ -19,16 +26,19 @@ Covered:
   node, which an elementwise activation allows.
 
 Not fused, with a near-miss reason: a product of two computed tensors (attention scores
-Q @ K^T, probs @ V), W @ x, a weight that is not a constant matrix, a Gemm C that is computed
-or varies along rows (a bias Add that varies along rows stays an Add after a bias-less FC), a
-bare MatMul whose output also feeds a bias Add but is read elsewhere too (MatMul + Add cannot
-fuse and the MatMul is left alone), a GELU whose constants are off (the FC fuses without it).
+Q @ K^T, probs @ V), W @ x, a weight that is not a constant matrix (a weight chain from an
+initializer a caller may feed, or with a Reshape target computed at run time), a Gemm C that
+is computed or varies along rows (a bias Add that varies along rows stays an Add after a
+bias-less FC), a bare MatMul whose output also feeds a bias Add but is read elsewhere too
+(MatMul + Add cannot fuse and the MatMul is left alone), a GELU whose constants are off (the
+FC fuses without it).
 
 Targets:
 
 * ``plugin``: one ``FusedFC`` node; W stays the model's initializer (``transpose_weight``
-  says its layout, so weights are never read or copied), the bias becomes [N] (zeros where
-  absent; a [1, N] / scalar / beta-scaled bias is rewritten, which reads only the small bias).
+  says its layout, so weights are never read or copied, but for a weight chain, which is
+  folded), the bias becomes [N] (zeros where absent; a [1, N] / scalar / beta-scaled bias is
+  rewritten, which reads only the small bias).
   At opset 11 activations stay separate nodes: the function body that lets onnxruntime run
   the node cannot refer to a STRING field before opset 12 (see ``_fc_body``);
 * ``trt``: TensorRT's ``CustomFCPluginDynamic`` (W baked as an fp32 TENSOR attribute laid out
@@ -42,7 +52,7 @@ Targets:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -54,7 +64,7 @@ from fusion.match.pattern import Const, Match, Op, Opt, Var
 from fusion.rewrite.editor import Emitter, Reject
 from fusion.rewrite.rules import Context, Rule
 
-from . import _fc_body
+from . import _fc_body, _weight_chain
 from ._constants import check_constant_rank, check_overridable
 
 _fc_body.register()
@@ -141,6 +151,8 @@ class FCDesc:
     reshape: Node | None  # a Reshape between the FC and its activation, re-emitted after both
     rank: int | None  # rank of x (None: unknown, >= 2 if known)
     elem_type: int
+    w_chain: _weight_chain.Chain | None = None  # w is data movement on a constant, folded when rewriting
+    notes: list[str] = field(default_factory=list)
 
 
 def analyze(m: Match, ctx: Context) -> FCDesc:
@@ -154,7 +166,9 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
     check_overridable(g, m, ("x", "w", "b", "c", "out_shape"))
     # An initializer a caller may feed still has a fixed shape and reaches the FC as an input.
     x_const, w_const = g.is_constant(xt), g.is_constant(wt) or g.overridable(wt)
-    if not w_const:
+    # tf2onnx's Gemm(x, Reshape(W)): data movement on a constant, folded when rewriting.
+    chain = None if w_const else _weight_chain.trace(g, wt, what)
+    if chain is None and not w_const:
         if x_const:
             raise Reject(f"{what}: the constant is the left operand (W @ x), an FC computes x @ W")
         raise Reject(
@@ -163,11 +177,12 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         )
     if x_const:
         raise Reject(f"{what}: both operands are constants (a constant-folding candidate, not an FC)")
-    wshape = g.fixed_shape(wt)
+    wshape = chain.shape if chain is not None else g.fixed_shape(wt)
     if wshape is None:
         raise Reject(f"{what}: weight: {g.not_constant_reason(wt)}, and its graph input does not pin its shape and type")
     if len(wshape) != 2:
-        raise Reject(f"{what}: weight {wt.name!r} has shape {list(wshape)}, not a matrix")
+        folded = "" if chain is None else f" (folded from {chain.describe()})"
+        raise Reject(f"{what}: weight {wt.name!r} has shape {list(wshape)}{folded}, not a matrix")
 
     attrs = core.attrs
     transposed = "w_transpose" in m
@@ -192,7 +207,7 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         if isinstance(last, int) and last != k:
             raise Reject(f"{what}: input {xt.name!r} has {last} features but weight {wt.name!r} expects {k}")
 
-    t_w = g.elem_type(wt)
+    t_w = chain.elem_type if chain is not None else g.elem_type(wt)
     t = g.elem_type(xt, infer=False) or t_w  # MatMul / Gemm take one type: W's (a constant) says it
     if t is None:
         raise Reject(f"{what}: the element type of {xt.name!r} is unknown")
@@ -240,6 +255,7 @@ def analyze(m: Match, ctx: Context) -> FCDesc:
         reshape=_moved_reshape(g, m),
         rank=rank,
         elem_type=t,
+        w_chain=chain,
     )
 
 
@@ -380,7 +396,7 @@ def _emit_plugin(desc: FCDesc, em: Emitter, ctx: Context) -> None:
     bias = _bias_vector(desc, em, ctx)
     em.plugin(
         specs.FUSED_FC,
-        [x, desc.w.name, bias],
+        [x, _weight(desc, em, ctx), bias],
         em.name("FusedFC_out"),
         t,
         out_features=desc.n,
@@ -395,9 +411,13 @@ def _emit_trt(desc: FCDesc, em: Emitter, ctx: Context) -> None:
     if t not in (TensorProto.FLOAT, TensorProto.FLOAT16):
         raise Reject(f"target trt: CustomFCPluginDynamic takes fp32/fp16, not {_TYPE_NAME[t]}")
     g = ctx.graph
-    if not g.is_constant(desc.w):
+    if desc.w_chain is not None:
+        value = _weight_chain.fold(g, desc.w_chain)
+        desc.notes.append(_fold_note(desc.w_chain, "baked into the node's W"))
+    elif not g.is_constant(desc.w):
         raise Reject(f"target trt: CustomFCPluginDynamic bakes W into the node: {g.not_constant_reason(desc.w)}")
-    value = g.constant_value(desc.w, max_elements=1 << 62)  # the plugin bakes W: read it here
+    else:
+        value = g.constant_value(desc.w, max_elements=1 << 62)  # the plugin bakes W: read it here
     if desc.transpose_weight:
         value = value.T
     if desc.alpha != 1.0:
@@ -444,6 +464,18 @@ def _emit_onnx(desc: FCDesc, em: Emitter, ctx: Context) -> None:
     rows = em.node("Reshape", [desc.x.name, em.const("fc_in_shape", np.array([-1, desc.k], np.int64))])[0]
     y = em.node("Gemm", [rows, desc.w.name, bias], **attrs)[0]
     _reshape_out(desc, em, ctx, y, desc.x.name)
+
+
+def _weight(desc: FCDesc, em: Emitter, ctx: Context) -> str:
+    """W as FusedFC gets it: the model's own tensor, or a folded chain's value as a new constant."""
+    if desc.w_chain is None:
+        return desc.w.name
+    desc.notes.append(_fold_note(desc.w_chain, "a new initializer FusedFC reads"))
+    return em.const("weight", _weight_chain.fold(ctx.graph, desc.w_chain))
+
+
+def _fold_note(chain: _weight_chain.Chain, into: str) -> str:
+    return f"weight {chain.tensor.name!r} = {chain.describe()}: folded when fusing to {list(chain.shape)}, {into}"
 
 
 def _input(desc: FCDesc, em: Emitter) -> str:
@@ -540,6 +572,8 @@ class GemmRule(Rule):
     variants = (
         "Gemm: any transA / transB / alpha / beta; C absent, scalar, [N] or [1, N]",
         "MatMul(x, W): W a constant [K, N] or Transpose of a constant [N, K]; x of rank ≥ 2 or unknown",
+        "weight chain: W = Reshape / Transpose / Identity / Squeeze / Unsqueeze / same-type Cast of a constant, "
+        "shapes folded from constants and Shape of constants (tf2onnx's Gemm(x, Reshape(W)))",
         "bias: Add of a constant [N], [1, N], [1, 1, N] or scalar, either operand order; or no Add",
         "activation: Relu, or Gelu (opset 20, approximate none or tanh)",
         "erf GELU: 0.5·y·(1 + erf(y / √2)), Div by √2 or Mul by 1/√2, the 0.5 in any place or a Div by 2",
