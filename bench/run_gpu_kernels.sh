@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU session for the plugins: build -> contract check -> kernel tests -> harness ->
-# benchmarks.  JSON results and logs.tar.gz go to $OUT (default .device-out/).  Every stage has its own
-# time limit and the stages run even if an earlier one failed; the whole run stays under
-# ~8 minutes.  Exit status: non-zero if any stage failed.
+# benchmarks (norm/FC, then skip-norm/GroupNorm).  JSON results and logs.tar.gz go to $OUT
+# (default .device-out/).  Every stage has its own time limit and the stages run even if an
+# earlier one failed; the whole run stays under ~10 minutes.  Exit status: non-zero if any
+# stage failed.
 #
 # Locally, before sending the tree to the GPU machine (no GPU needed):
 #   python -m fusion.plugins.library build -o plugin_build --harness
@@ -75,6 +76,8 @@ d.update(commit=os.environ.get("FUSION_COMMIT", "unknown"), dirty=os.environ.get
 json.dump(d, open(sys.argv[1], "w"), indent=1)
 PY
 stage bench 240 "$PY" bench/bench_kernels.py --out "$OUT" --lib "$LIB" --harness "$LIBDIR/fusion_harness"
+# Skip LayerNorm / RMSNorm and GroupNorm against the copy and torch (~1-2 minutes).
+stage bench_skip_group 180 "$PY" bench/bench_skip_group.py --out "$OUT"
 log "done, status $STATUS"
 # Few files come back from the GPU machine: the logs travel as one archive.
 (cd "$OUT" && tar czf logs.tar.gz ./*.log env.txt && rm -f ./*.log env.txt)
