@@ -76,7 +76,7 @@ BOOL_FLATTEN_NOTE = ("the {tag} export has a bool Flatten on the attention mask,
 # --------------------------------------------------------------------------- selection
 
 
-def select(families: list[str] | None = None) -> list[dict[str, Any]]:
+def select(families: list[str] | None = None, precisions: tuple[str, ...] = ("fp32", "fp16")) -> list[dict[str, Any]]:
     """One manifest record per family and precision, fp32 of every family first, then fp16.
     Each gets ``why`` when it is not the legacy opset-13 export."""
     every = load_manifest(include_skipped=True)
@@ -87,7 +87,7 @@ def select(families: list[str] | None = None) -> list[dict[str, Any]]:
     if families:
         fams = [f for f in fams if f in families]
     out = []
-    for dtype in ("fp32", "fp16"):
+    for dtype in precisions:
         for fam in fams:
             by_tag = {(r["exporter"], r["opset"]): r for r in recs if r["family"] == fam and r["dtype"] == dtype}
             for k, tag in enumerate(PREFERENCE):
@@ -347,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
             "ratio": "unfused_ms / fused_ms at the profile's opt shape (> 1: the fused engine is faster)",
             "pass": "built, our plugin layers == fused nodes (per op), verified at min/opt/max, and again after reload",
             "tolerances": "fusion.verify defaults by output dtype (fp32 1e-4 abs / 1e-3 rel; fp16 2e-2 / 2e-2)"}  # fmt: skip
-    recs = select(args.families.split(",") if args.families else None)[: args.limit]
+    recs = select(args.families.split(",") if args.families else None, tuple(args.precisions.split(",")))[: args.limit]
     rows: list[dict] = []
     jobs: list[dict] = []
     sources: dict[str, Any] = {}
@@ -459,6 +459,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--references", help="stored onnxruntime outputs (--make-references), where this onnxruntime cannot run a model")
     ap.add_argument("--families", help="comma-separated families (default: all)")
     ap.add_argument("--limit", type=int, help="at most this many models")
+    ap.add_argument("--precisions", default="fp32,fp16", help="comma-separated: fp32, fp16 (default: both, fp32 first)")
     ap.add_argument("--budget-s", type=float, default=330, help="start no unfused build after this many seconds")
     ap.add_argument("--fused-budget-s", type=float, default=200, help="start no fused model after this many seconds")
     ap.add_argument("--reload-limit-s", type=float, default=90, help="time limit of the reload process")
@@ -479,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("fusion").setLevel(logging.ERROR)
     if args.reload:
         return reload_child(args.reload, args.plugins)
-    recs = select(args.families.split(",") if args.families else None)[: args.limit]
+    recs = select(args.families.split(",") if args.families else None, tuple(args.precisions.split(",")))[: args.limit]
     if args.list:
         for rec in recs:
             _, note = source_model(rec)
