@@ -26,7 +26,7 @@ from fusion.rewrite.editor import Emitter, Reject
 from fusion.rewrite.rules import Context, Rule
 
 from . import _algebra as alg
-from . import layernorm, rmsnorm
+from . import _shapes, layernorm, rmsnorm
 from ._constants import check_overridable
 from ._norm import NormDesc, _affine, _check_affine, _normalized_shape, _proven_dim, analyze, norm_types
 from ._skip_body import register as _register_bodies
@@ -90,6 +90,8 @@ class SkipNormRule(Rule):
         a, b = m["a"], m["b"]
         sa, sb = g.shape(a), g.shape(b)
         _check_same_shape(g, a, b, sa, sb, ctx)
+        if sa is None:  # (the bias check reads the input's static dims)
+            sa = _shapes.static_dims(g, a, ctx.scope)
         bias = m.get("bias")
         if bias is not None:
             pshape = g.fixed_shape(bias)
@@ -136,21 +138,35 @@ def _name(t) -> str:
 
 
 def _check_same_shape(g, a: Tensor, b: Tensor, sa, sb, ctx: Context) -> None:
-    """The fused node adds x and skip elementwise: no broadcasting, so their shapes must agree."""
-    if sa is None or sb is None:
-        raise Reject(f"cannot tell that {a.name!r} and {b.name!r} have one shape (shapes unknown): the fused node "
-                     "adds them without broadcasting")
-    if len(sa) != len(sb):
-        raise Reject(f"skip {b.name!r} has rank {len(sb)}, the input {a.name!r} rank {len(sa)}: the residual Add "
+    """The fused node adds x and skip elementwise: no broadcasting, so their shapes must agree.
+
+    Each axis is proven from the graph's structure (patterns/_shapes.py: the sizes each tensor
+    is built from), else from ONNX's shapes and ``_proven_dim``."""
+    ta, tb = _shapes.terms(g, a, ctx.scope), _shapes.terms(g, b, ctx.scope)
+    if ta is None or tb is None:
+        ta, tb = sa, sb  # the ranks come from ONNX's shapes, if at all
+        if sa is None or sb is None:
+            raise Reject(f"cannot tell that {a.name!r} and {b.name!r} have one shape (shapes unknown): the fused node "
+                         "adds them without broadcasting")
+    if len(ta) != len(tb):
+        raise Reject(f"skip {b.name!r} has rank {len(tb)}, the input {a.name!r} rank {len(ta)}: the residual Add "
                      "broadcasts, the fused node would not")
-    for i, (da, db) in enumerate(zip(sa, sb)):
+    rank = len(ta)
+
+    def dim(shape, axis):  # ONNX's dim on that axis, where its rank agrees
+        return shape[axis] if shape is not None and len(shape) == rank else None
+
+    for axis in range(-rank, 0):
+        if ta is not sa and _shapes.compatible(ta[axis], tb[axis]):
+            continue
+        da, db = dim(sa, axis), dim(sb, axis)
         if da == db and da is not None and da != "":
             continue
-        axis = i - len(sa)
         pa = da if isinstance(da, int) else _proven_dim(g, a, axis, ctx.scope)
         pb = db if isinstance(db, int) else _proven_dim(g, b, axis, ctx.scope)
         if pa is None or pa != pb:
-            raise Reject(f"{a.name!r} has shape {list(sa)} and {b.name!r} {list(sb)}: cannot tell they agree on "
+            shown = [list(s) if ta is sa else [_shapes.describe(d) for d in s] for s in (ta, tb)]
+            raise Reject(f"{a.name!r} has shape {shown[0]} and {b.name!r} {shown[1]}: cannot tell they agree on "
                          f"axis {axis}, and the fused node adds them without broadcasting")
 
 

@@ -80,6 +80,8 @@ class ModelGraph:
     assume_constant_initializers: bool = False
     _names: set[str] | None = None
     _shapes_inferred: bool = False
+    # Analyses of the graph as read, made once and kept for the pass (patterns/_shapes.py).
+    analyses: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_proto(
