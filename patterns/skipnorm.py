@@ -184,9 +184,10 @@ def emit_skip(d: SkipDesc, em: Emitter, ctx: Context) -> None:
     lname = "LayerNorm" if desc.kind == "layer" else "RMSNorm"
     if target == "trt":
         _trt_refusals(d, t, norm_shape)
-    # Without the sum the second output is left empty: ONNX function inference wants a slot for
-    # every output of the function, and "" is an absent optional output.
-    outputs = [em.name(lname + "_out"), d.sum_out.name if d.with_sum else ""]
+    # The node always has both outputs (ONNX function inference wants a slot for each); an unread
+    # sum gets a name of its own rather than "": TensorRT 8.5's parser takes "" as a tensor name,
+    # and two such nodes fail its unique-name and topological-sort checks (seen on the H100).
+    outputs = [em.name(lname + "_out"), d.sum_out.name if d.with_sum else em.name(lname + "_sum")]
     if target == "onnx":
         need, op = (17, "LayerNormalization") if desc.kind == "layer" else (23, "RMSNormalization")
         if ctx.opset < need:
