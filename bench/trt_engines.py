@@ -370,6 +370,56 @@ def layer_profile(built, feed, path: Path) -> dict[str, Any]:
     return prof.by_kind()
 
 
+E2E = REPO / "bench" / "results" / "trt_e2e.json"
+TUNE_RESULTS = REPO / "bench" / "results" / "trt_tune_bert.json"
+
+
+def e2e_rows(rows: list[dict[str, Any]], tune: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The model x precision x target table of issue 11 from trt_engines.json's rows (and the
+    tuning record): target none/trt/plugin/tuned, plugin layers, error, ms, ratio, build s."""
+    out = []
+    for r in rows:
+        if r.get("error") or r.get("median_ms") is None:
+            continue
+        out.append({"model": r["model"], "precision": r["precision"], "target": r["target"] or "none",
+                    "engine": r["engine"], "passes": r["passes"], "fused": r["fused"],
+                    "plugin_layers": r["plugin_layers"], "max_abs_err": r.get("max_abs_err"),
+                    "engine_ms": r["median_ms"], "unfused_ms": r.get("unfused_ms"), "ratio": r.get("speedup"),
+                    "build_s": r.get("build_s"), "commit": r.get("commit"), "device": r.get("device"),
+                    "trt_version": r.get("trt_version")})  # fmt: skip
+    if tune:
+        kept = tune.get("kept") or []
+        base = next((r for r in out if r["model"] == tune.get("model") and r["precision"] == tune.get("precision")
+                     and r["target"] == "none"), None)  # fmt: skip
+        if base is not None and not kept:  # tuning kept nothing: the tuned model is the original
+            out.append({**base, "target": "tuned", "engine": f"tuned ({tune.get('target')} target)", "passes": [],
+                        "ratio": 1.0, "build_s": tune.get("seconds"), "commit": tune.get("commit"),
+                        "note": "fuse --tune kept no fusion: the tuned model is the unfused one"})  # fmt: skip
+    order = {"none": 0, "trt": 1, "plugin": 2, "tuned": 3}
+    out.sort(key=lambda r: (r["model"], r["precision"], order.get(r["target"], 9), r["engine"]))
+    return out
+
+
+def summarize(engines: Path = RESULTS, tune_path: Path = TUNE_RESULTS, out: Path = E2E) -> list[dict[str, Any]]:
+    data = json.loads(engines.read_text())
+    tune = _tune_record(tune_path)
+    rows = e2e_rows(data["rows"], tune)
+    write(out, {"meta": {"from": [str(engines.relative_to(REPO)), str(tune_path.relative_to(REPO))],
+                         "ratio": "unfused engine ms / this engine ms, timed as a pair (> 1: faster)",
+                         "models": {k: v["what"] for k, v in MODELS.items()}}, "rows": rows})  # fmt: skip
+    return rows
+
+
+def _tune_record(path: Path) -> dict[str, Any] | None:
+    """model, precision, target, kept passes, seconds and commit of the tuning run, if recorded."""
+    if not path.is_file():
+        return None
+    d = json.loads(path.read_text())
+    rec = d.get("record", {})
+    return {"model": "bert", "precision": rec.get("precision", "fp32"), "target": rec.get("target", "trt"),
+            "kept": rec.get("kept", []), "seconds": rec.get("seconds"), "commit": d.get("meta", {}).get("commit")}
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -389,6 +439,7 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--timing-cache", default=TIMING_CACHE)
     r.add_argument("--engine-dir", default=ENGINE_DIR, help="keep engines here and reuse them ('' to disable)")
     r.add_argument("--out", type=Path, default=RESULTS)
+    sub.add_parser("summarize", help=f"write {E2E.relative_to(REPO)} from {RESULTS.relative_to(REPO)}")
     r.add_argument("--layers", type=Path, help="also profile each engine's layers; one JSON per engine in this folder")
     return p
 
@@ -398,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "export":
         export(args.model, args.out)
+        return 0
+    if args.command == "summarize":
+        print(table([{**r, "median_ms": r["engine_ms"], "speedup": r["ratio"]} for r in summarize()]))
         return 0
     sys.path.insert(0, str(REPO / "bench"))
     return run(args)

@@ -602,6 +602,30 @@ def test_trt_engines_bench_arguments_and_rows(tmp_path):
     assert "bert   unfused" in text and "1.000x" in text and "error: RuntimeError: boom" in text
 
 
+def test_trt_engines_e2e_table_and_new_models():
+    sys.path.insert(0, str(REPO / "bench"))
+    import trt_engines as te
+
+    for model in ("bert4", "gpt2", "llama"):
+        prof = te.profile_for(model, None, None)
+        ids = te.make_feed(model, None, prof)["input_ids"]
+        assert ids.shape == (8, 128) and ids.max() < te.MODELS[model]["vocab"]
+    assert te.make_row("bert", "plugin_default", "fp32")["passes"] == "default"
+    rows = [
+        {"model": "bert", "engine": "unfused", "target": None, "precision": "fp32", "passes": [], "fused": {},
+         "plugin_layers": 0, "median_ms": 5.0, "unfused_ms": 5.0, "speedup": 1.0, "build_s": 14.0, "commit": "c"},
+        {"model": "bert", "engine": "plugin_ln", "target": "plugin", "precision": "fp32", "passes": ["layernorm"],
+         "fused": {"layernorm": 25}, "plugin_layers": 25, "median_ms": 6.0, "unfused_ms": 5.1, "speedup": 0.85},
+        {"model": "bert", "engine": "trt_ln", "target": "trt", "precision": "fp32", "error": "boom"},
+    ]  # fmt: skip
+    out = te.e2e_rows(rows, {"model": "bert", "precision": "fp32", "target": "trt", "kept": [], "seconds": 212.5,
+                             "commit": "t"})  # fmt: skip
+    assert [(r["target"], r["ratio"]) for r in out] == [("none", 1.0), ("plugin", 0.85), ("tuned", 1.0)]
+    assert out[2]["engine_ms"] == 5.0 and out[2]["build_s"] == 212.5 and "kept no fusion" in out[2]["note"]
+    assert te.e2e_rows(rows, {"model": "bert", "precision": "fp32", "target": "trt", "kept": ["layernorm"]})[-1][
+        "target"] == "plugin"  # a tuning run that kept something has no row of its own here
+
+
 def test_build_engine_from_serialized_bytes(fake_trt, tmp_path):
     """A model given as bytes (what bench/trt_engines.py and tuning pass) builds: onnx's
     load_from_string takes no load_external_data keyword (seen on the H100, onnx 1.1x and 1.23)."""
