@@ -423,7 +423,7 @@ def _rank(g, t: Tensor, depth: int, memo: dict) -> int | None:
     if node is None or depth == 0 or node.domain not in ("", "ai.onnx"):
         return None
     if node.op == "Reshape" and len(node.inputs) > 1:
-        return _length(g, node.inputs[1], depth - 1)
+        return _length(g, node.inputs[1], depth - 1, memo)
     if node.op.startswith("Reduce") and int(node.attrs.get("keepdims", 1)):
         return rank_of(g, node.inputs[0], depth - 1, memo)
     if node.op in ("Squeeze", "Unsqueeze") and len(node.inputs) > 1:
@@ -450,7 +450,7 @@ def _rank(g, t: Tensor, depth: int, memo: dict) -> int | None:
     return None
 
 
-def _length(g, t: Tensor, depth: int) -> int | None:
+def _length(g, t: Tensor, depth: int, memo: dict) -> int | None:
     """The static length of a 1-D shape vector (a Reshape's target): a Concat of pieces of
     static length, Shape(x) of a tensor of known rank."""
     dims = g.shape(t, infer=False)
@@ -460,12 +460,12 @@ def _length(g, t: Tensor, depth: int) -> int | None:
     if node is None or depth == 0:
         return None
     if node.op == "Concat":
-        parts = [_length(g, i, depth - 1) for i in node.inputs]
+        parts = [_length(g, i, depth - 1, memo) for i in node.inputs]
         return None if any(p is None for p in parts) else sum(parts)
     if node.op == "Shape" and not node.attrs.get("start") and node.attrs.get("end") is None:
         return rank_of(g, node.inputs[0], depth - 1, memo)
     if node.op in ("Cast", "Identity"):
-        return _length(g, node.inputs[0], depth - 1)
+        return _length(g, node.inputs[0], depth - 1, memo)
     if node.op == "Gather" and len(node.inputs) == 2:  # picked dims of a shape
         idx = g.constant_value(node.inputs[1])
         return idx.size if idx is not None and idx.ndim == 1 else None

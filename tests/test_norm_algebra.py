@@ -546,3 +546,22 @@ def test_a_one_element_constant_of_higher_rank_is_no_identity(where):
     assert result.counts() == {}, result.fusions
     assert "grow the output" in _reasons(result), _reasons(result)
     assert max_error(model, result.model, _x()) == 0.0
+
+
+def test_rank_through_reshape_to_a_shape_vector_reads_the_memo(monkeypatch):
+    """rank_of(Reshape(x, Shape(y))) asks for Shape(y)'s length, which is y's rank: that lookup
+    used a memo the helper never received (a NameError, not an unknown rank)."""
+    from onnx import TensorProto, helper
+
+    from fusion.ir.graph import ModelGraph
+    from fusion.patterns import _algebra
+
+    nodes = [helper.make_node("Shape", ["y"], ["sy"]), helper.make_node("Reshape", ["x", "sy"], ["r"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 12]),
+                                           helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])  # fmt: skip
+    g = ModelGraph.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    known = {"y": [2, 3, 4], "x": [2, 12]}
+    monkeypatch.setattr(g, "shape", lambda t, infer=True: known.get(t.name))  # only the inputs' shapes
+    r = next(n for n in g.scopes[0].ir.nodes if n.op == "Reshape").outputs[0]
+    assert _algebra.rank_of(g, r) == 3
