@@ -633,6 +633,19 @@ def _normalized_shape(g, desc: NormDesc, xshape) -> list | None:
     return None if any(d is None for d in dims) else dims
 
 
+def _initializer_behind(g, t):
+    """The initializer that ``t`` copies through Identity nodes, else ``t``.  Exporters share one
+    initializer among equal parameters that way; read directly, it is a constant TensorRT folds
+    into the plugin's input, not an Identity copy layer it runs on every inference."""
+    src = t
+    while src.const is None and len(src.inputs) == 1:
+        node = src.inputs[0]
+        if node.op != "Identity" or node.domain not in ("", "ai.onnx") or not node.inputs:
+            break
+        src = node.inputs[0]
+    return src if src is not t and src.const is not None and not g.overridable(src) else t
+
+
 def _affine(em: Emitter, g, param, desc: NormDesc, norm_shape, out_shape, t: int, fill: float, hint: str) -> str:
     """γ or β as a constant of exactly ``out_shape`` and type ``t`` (made when absent)."""
     np_type = helper.tensor_dtype_to_np_dtype(t)
@@ -640,6 +653,7 @@ def _affine(em: Emitter, g, param, desc: NormDesc, norm_shape, out_shape, t: int
         if out_shape is None:
             raise Reject(f"{hint} is absent and the normalized size is not static")
         return em.const(hint, np.full(out_shape, fill, dtype=np_type))
+    param = _initializer_behind(g, param)
     pshape = list(g.fixed_shape(param))
     if pshape == out_shape and g.elem_type(param) == t:
         return param.name  # already right: no copy, no read of the weights
