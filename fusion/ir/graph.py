@@ -10,6 +10,7 @@ it went in.  Each view node keeps the NodeProto it was read from.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -78,6 +79,8 @@ class ModelGraph:
     # Treat the main graph's initializers that are also graph inputs as constants: the caller
     # promises never to feed them (see ``overridable``; the output then stops listing them).
     assume_constant_initializers: bool = False
+    # Every node list's locator, the skipped functions' too, in node_lists' order.
+    locators: list[tuple] = field(default_factory=list)
     _names: set[str] | None = None
     _shapes_inferred: bool = False
 
@@ -91,6 +94,7 @@ class ModelGraph:
         mg._add_scope("graph", "main", ir.import_graph(proto.graph), opset, None, ("graph",))
         for k, fproto in enumerate(proto.functions):
             if (fproto.domain, fproto.name) in skip_functions:
+                mg.locators.extend(_node_lists(fproto, ("function", k)))
                 continue
             fopset = default_opset(fproto.opset_import) or opset
             path = f"function {fproto.domain}::{fproto.name}"
@@ -101,6 +105,7 @@ class ModelGraph:
         out_names = frozenset(t.name for t in graph.outputs)
         scope = Scope(kind, path, graph, graph.proto, opset, parent, out_names, locator)
         self.scopes.append(scope)
+        self.locators.append(locator)
         for node in graph.nodes:
             node.scope = scope
             for attr_name, subs in node.subgraphs.items():
@@ -108,6 +113,12 @@ class ModelGraph:
                 for j, sub in enumerate(subs):
                     where = f"{path}/{label}.{attr_name}" + (f"[{j}]" if len(subs) > 1 else "")
                     self._add_scope("subgraph", where, sub, opset, scope, locator + (node.index, attr_name, j))
+
+    def node_lists(self, model: onnx.ModelProto | None = None) -> dict[tuple, onnx.GraphProto | onnx.FunctionProto]:
+        """``node_lists(model)`` for this graph's proto or a copy of it whose node lists sit where
+        they sit here, found from the locators instead of a walk over every node."""
+        model = self.proto if model is None else model
+        return {key: locate(model, key) for key in self.locators}
 
     # -- links --------------------------------------------------------------------------
     @staticmethod
@@ -270,15 +281,11 @@ class ModelGraph:
         for scope in self.scopes:
             if scope.is_function:
                 continue
-            for t in scope.ir.tensors.values():
-                if t.const is not None or (t.dtype is not None and t.shape is not None):
+            for name, t in scope.ir.tensors.items():
+                vi = infos.get(name)  # (first: most tensors have none, and decoding costs more)
+                if vi is None or t.const is not None or (t.dtype is not None and t.shape is not None):
                     continue
-                vi = infos.get(t.name)
-                if vi is not None:
-                    known = ir._from_info(vi)
-                    t.dtype = t.dtype or known.dtype
-                    if t.shape is None:
-                        t.shape = known.shape
+                t.add_info(vi)
 
 
 
@@ -302,7 +309,7 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     g.value_info.extend(src.value_info)
     g.sparse_initializer.extend(src.sparse_initializer)
     for t in src.initializer:
-        small = int(np.prod(t.dims, dtype=np.int64)) <= 1024  # shape constants: inference reads them
+        small = math.prod(t.dims) <= 1024  # shape constants: inference reads them
         if t.data_location == onnx.TensorProto.EXTERNAL or small:
             g.initializer.append(t)
             continue
@@ -406,6 +413,14 @@ def _constant_node_value(n: onnx.NodeProto) -> onnx.TensorProto | None:
 def node_lists(model: onnx.ModelProto) -> dict[tuple, onnx.GraphProto | onnx.FunctionProto]:
     """Every node list of ``model``: the main graph, functions, and the control-flow bodies in
     either, keyed by a locator that finds the same list in any copy of the model (Scope.locator)."""
+    out = _node_lists(model.graph, ("graph",))
+    for k, f in enumerate(model.functions):
+        out.update(_node_lists(f, ("function", k)))
+    return out
+
+
+def _node_lists(container, key: tuple) -> dict[tuple, onnx.GraphProto | onnx.FunctionProto]:
+    """``container`` and the bodies nested in it, keyed by locator (``key`` is the container's)."""
     out: dict[tuple, onnx.GraphProto | onnx.FunctionProto] = {}
 
     def visit(container, key: tuple) -> None:
@@ -418,10 +433,29 @@ def node_lists(model: onnx.ModelProto) -> dict[tuple, onnx.GraphProto | onnx.Fun
                     for j, g in enumerate(a.graphs):
                         visit(g, key + (i, a.name, j))
 
-    visit(model.graph, ("graph",))
-    for k, f in enumerate(model.functions):
-        visit(f, ("function", k))
+    visit(container, key)
     return out
+
+
+def locate(model: onnx.ModelProto, key: tuple) -> onnx.GraphProto | onnx.FunctionProto:
+    """The node list at locator ``key`` (see node_lists) in ``model``."""
+    container = model.graph if key[0] == "graph" else model.functions[key[1]]
+    path = key[1:] if key[0] == "graph" else key[2:]
+    for i in range(0, len(path), 3):
+        index, name, j = path[i : i + 3]
+        # The last attribute of that name, as node_lists' walk keeps the last body it finds there.
+        a = [a for a in container.node[index].attribute if a.name == name][-1]
+        container = a.g if a.type == onnx.AttributeProto.GRAPH else a.graphs[j]
+    return container
+
+
+def in_order(g: ir.Graph) -> bool | None:
+    """Whether every node of ``g`` comes after the nodes computing what it reads, from the view
+    (no proto is read); None where only the protos can tell: in a nested graph (whose names
+    may shadow the enclosing graph's) or with a node that has subgraphs (what they read)."""
+    if g.parent is not None or any(n.subgraphs for n in g.nodes):
+        return None
+    return all(p.index < n.index for n in g.nodes for t in n.inputs for p in t.inputs if p.graph is g)
 
 
 def _walk_graph_protos(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:

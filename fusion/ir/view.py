@@ -73,6 +73,12 @@ class Tensor:
         self._decode()
         self._shape = value
 
+    def add_info(self, vi: onnx.ValueInfoProto) -> None:
+        """Take the element type and dims this tensor lacks from ``vi`` (inferred), decoded on
+        first use like an annotation: most tensors are never asked."""
+        self._decode()
+        self._info = vi
+
     def _decode(self) -> None:
         vi, self._info = self._info, None
         if vi is None or not vi.type.HasField("tensor_type"):

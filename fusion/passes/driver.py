@@ -20,7 +20,7 @@ import onnx
 from ..rewrite import specs
 from ..errors import FusionError
 from ..ir.view import Node
-from ..ir.graph import ModelGraph, Scope, freeze_initializers, weightless
+from ..ir.graph import ModelGraph, Scope, freeze_initializers, in_order, weightless
 from ..ir.model_io import check_graph, check_versions, external_tensors
 from ..match.pattern import Failure, Match, Matcher
 from ..rewrite.editor import Editor, Emitter, Reject, topologically_sorted
@@ -115,7 +115,8 @@ def run(
     ir_version = model.ir_version
     check_graph(graph.scopes[0].ir)
     caller, work = model, model
-    sorted_copy = topologically_sorted(model)
+    ordered = {s.locator for s in graph.scopes if in_order(s.ir)}
+    sorted_copy = topologically_sorted(model, graph.node_lists(), ordered)
     if sorted_copy is not None:
         # The rules take node order for dependency order: work on a sorted copy.
         log.info("the model's nodes are not in topological order: fusing a sorted copy")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 import numpy as np
 import onnx
@@ -184,7 +184,7 @@ class Editor:
         if not inplace and base is None:
             out = onnx.ModelProto()
             out.CopyFrom(self.graph.proto)
-        containers = node_lists(out)
+        containers = self.graph.node_lists(out)
         # Innermost first: rebuilding a node list copies its nodes, so an edit of a body made
         # after the list holding its If/Loop node was rebuilt would land in a discarded copy.
         for scope in sorted(self.graph.scopes, key=lambda s: -len(s.locator)):
@@ -193,7 +193,13 @@ class Editor:
                 continue
             container = containers[scope.locator]
             _apply_edit(container, edit)
-        containers = node_lists(out)  # the rebuilt lists hold new copies of their bodies
+        # The rebuilt lists hold new copies of their bodies, at new positions: a locator through
+        # an edited list is stale then, and only a walk finds those bodies.
+        edited = [s.locator for s in self.graph.scopes if id(s) in self.edits]
+        if any(len(k) > len(e) and k[: len(e)] == e for k in self.graph.locators for e in edited):
+            containers = node_lists(out)
+        else:
+            containers = self.graph.node_lists(out)
         _drop_dead(out, self.edits.values(), containers)
         if any(e.custom_domain for e in self.edits.values()):
             _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
@@ -326,14 +332,19 @@ def _import_domain(opset_import, domain: str) -> None:
         opset_import.append(helper.make_opsetid(domain, 1))
 
 
-def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto | None:
+def topologically_sorted(
+    model: onnx.ModelProto, lists: dict[tuple, Any] | None = None, ordered: Collection[tuple] = ()
+) -> onnx.ModelProto | None:
     """A copy of ``model`` with every node list in topological order, or None if it already is.
 
     onnxruntime runs graphs in any order, but the passes (and onnx.checker) take the node
     order for a topological one: a producer listed after its consumer would make a rewrite
     place nodes before what they read.  Sorting keeps the original order wherever it can.
+    ``lists``: ``node_lists(model)`` if the caller has it; ``ordered``: the locators of lists
+    the caller already knows to be in order (read from its graph view, which is cheaper).
     """
-    if all(_is_sorted(c) for c in node_lists(model).values()):
+    lists = node_lists(model) if lists is None else lists
+    if all(key in ordered or _is_sorted(c) for key, c in lists.items()):
         return None
     out = onnx.ModelProto()
     out.CopyFrom(model)
