@@ -13,6 +13,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator
 
 import numpy as np
@@ -67,6 +68,11 @@ class Scope:
     @property
     def is_function(self) -> bool:
         return self.kind == "function"
+
+    @cached_property
+    def nested(self) -> bool:
+        """Whether a node of this list has a graph attribute (a control-flow body; maybe none in it)."""
+        return any(n.subgraphs for n in self.ir.nodes)
 
 
 @dataclass
@@ -136,22 +142,22 @@ class ModelGraph:
 
     # -- names --------------------------------------------------------------------------
     def all_names(self) -> set[str]:
-        """Every node and value name anywhere in the model (for making fresh ones)."""
+        """Every node and value name anywhere in the model (for making fresh ones): graphs' inputs,
+        outputs and initializers, functions' inputs and outputs, nodes' names and outputs."""
         if self._names is None:
             names: set[str] = set()
-            for g in _walk_graph_protos(self.proto):
-                names.update(i.name for i in g.input)
-                names.update(o.name for o in g.output)
-                names.update(t.name for t in g.initializer)
-                for n in g.node:
+            for s in self.scopes:  # read from the view: no proto but the initializer list
+                names.update(t.name for t in s.ir.inputs)
+                names.update(t.name for t in s.ir.outputs)
+                if not s.is_function:
+                    names.update(t.name for t in s.proto.initializer)
+                for n in s.ir.nodes:
                     names.add(n.name)
-                    names.update(n.output)
-            for f in self.proto.functions:
-                names.update(f.input)
-                names.update(f.output)
-                for n in f.node:
-                    names.add(n.name)
-                    names.update(n.output)
+                    names.update(t.name for t in n.outputs)
+            scanned = {s.locator for s in self.scopes}
+            for key in self.locators:  # the functions left out of the view
+                if key not in scanned:
+                    names.update(_proto_names(locate(self.proto, key)))
             self._names = names
         return self._names
 
@@ -456,6 +462,20 @@ def in_order(g: ir.Graph) -> bool | None:
     if g.parent is not None or any(n.subgraphs for n in g.nodes):
         return None
     return all(p.index < n.index for n in g.nodes for t in n.inputs for p in t.inputs if p.graph is g)
+
+
+def _proto_names(c: onnx.GraphProto | onnx.FunctionProto) -> Iterator[str]:
+    """What ModelGraph.all_names takes from one node list."""
+    if isinstance(c, onnx.GraphProto):
+        yield from (i.name for i in c.input)
+        yield from (o.name for o in c.output)
+        yield from (t.name for t in c.initializer)
+    else:
+        yield from c.input
+        yield from c.output
+    for n in c.node:
+        yield n.name
+        yield from n.output
 
 
 def _walk_graph_protos(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:

@@ -91,6 +91,16 @@ class Alt(Pattern):
     def __init__(self, *options: Pattern):
         self.options = tuple(options)
 
+    @property
+    def table(self) -> tuple[tuple[Pattern, str | None, bool], ...]:
+        """(option, its op type if an Op, whether its absence is a failure), made once."""
+        cached = self.__dict__.get("_table")
+        if cached is None:
+            cached = self.__dict__["_table"] = tuple(
+                (o, o.op_type, not o.quiet) if isinstance(o, Op) else (o, None, True) for o in self.options
+            )
+        return cached
+
     def __repr__(self) -> str:
         return " | ".join(map(repr, self.options))
 
@@ -129,13 +139,15 @@ class Match:
 _ABSENT = Tensor("")  # what an Opt binds when its input is absent
 
 
-@dataclass
 class _State:
-    at: dict[int, Tensor] = field(default_factory=dict)  # id(pattern) -> the tensor it bound
-    order: tuple = ()  # matched nodes in match order (duplicates included)
+    __slots__ = ("at", "order")
+
+    def __init__(self, at: dict[int, Tensor] | None = None, order: tuple = ()):
+        self.at = {} if at is None else at  # id(pattern) -> the tensor it bound
+        self.order = order  # matched nodes in match order (duplicates included)
 
     def bind(self, p: Pattern, t: Tensor, node: Node | None = None) -> "_State":
-        at = dict(self.at)
+        at = self.at.copy()
         at[id(p)] = t
         return _State(at, self.order if node is None else self.order + (node,))
 
@@ -192,6 +204,10 @@ class Matcher:
             self.best = Failure(progress, reason)
             self.best_nodes = st.order
 
+    def _outranks(self, st: _State) -> bool:
+        """Whether a failure now (no bonus) would be recorded: spares making its reason otherwise."""
+        return self.best is None or len(st.order) >= self.best.progress
+
     # -- recursion ----------------------------------------------------------------------
     def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
         bound = st.at.get(id(p))
@@ -200,10 +216,10 @@ class Matcher:
         elif isinstance(p, Alt):
             node = self._producer(t)
             op = None if node is None else node.op
-            for o in p.options:
+            for o, o_op, loud in p.table:
                 # Most options fail on the producer's op type: say so without recursing.
-                if isinstance(o, Op) and o.op_type != op and id(o) not in st.at:
-                    if not o.quiet:
+                if o_op is not None and o_op != op and id(o) not in st.at:
+                    if loud and self._outranks(st):
                         self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node of this scope'}, expected {o.op_type}")
                     continue
                 for s in self._match(o, t, st):

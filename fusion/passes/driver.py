@@ -165,7 +165,7 @@ def run(
     if validate and edit_in_place:
         # Validate a weightless fused copy first: the proto edited in place stays intact on failure.
         light, _ = editor.apply(with_functions=functions, base=weightless(work))
-        _validate(light, lambda: caller, base_dir)
+        _validate(light, lambda: caller, base_dir, editor.main_graph_ops())
     out, warnings = editor.apply(with_functions=functions, inplace=edit_in_place)
     # The fusion may have read those initializers as constants: let no caller feed them.  Below
     # IR 4 they were constants by convention; a function body lifts the IR version past that.
@@ -176,7 +176,7 @@ def run(
 
     # ensures
     if validate and not edit_in_place:
-        _validate(out, lambda: caller, base_dir)
+        _validate(out, lambda: caller, base_dir, editor.main_graph_ops())
     if inplace and work is not caller:
         caller.CopyFrom(out)
         out = caller
@@ -353,13 +353,18 @@ def _describe(n: onnx.NodeProto) -> dict:
     }
 
 
-def _validate(out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | None, base_dir: str | None) -> None:
-    """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes."""
+def _validate(
+    out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | None, base_dir: str | None, graph_ops: set | None = None
+) -> None:
+    """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes.
+
+    ``graph_ops``: every (domain, op_type) the main graph and its bodies may hold (a superset,
+    Editor.main_graph_ops), which spares a walk over them when none is a bodiless custom op."""
     errors = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
     # Custom nodes without a function body (functions=False, or one the opset cannot write)
     # have outputs no type inference can see: strict inference then fails on whatever reads
     # them inside a function body.  Such a model is checked without shape inference.
-    full = not _bodiless_custom_ops(out)
+    full = not _bodiless_custom_ops(out, graph_ops)
     try:
         _check(out, base_dir, full)
     except errors as e:
@@ -374,10 +379,13 @@ def _validate(out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | No
         raise InternalError(f"the fused model fails onnx.checker although the input passes: {_first(e)}") from e
 
 
-def _bodiless_custom_ops(model: onnx.ModelProto) -> bool:
+def _bodiless_custom_ops(model: onnx.ModelProto, graph_ops: set | None = None) -> bool:
     ours = {(s.domain, s.op_type) for s in specs.SPECS}
     have = {(f.domain, f.name) for f in model.functions}
-    containers = [model.graph, *model.functions]
+    if graph_ops is not None and not any(op in ours and op not in have for op in graph_ops):
+        containers = list(model.functions)  # none in the main graph: only the functions are walked
+    else:
+        containers = [model.graph, *model.functions]
     while containers:
         c = containers.pop()
         for n in c.node:
@@ -398,17 +406,34 @@ def _check(model: onnx.ModelProto, base_dir: str | None, full: bool = True) -> N
     """
     light = weightless(model)
     with tempfile.TemporaryDirectory(prefix="fusion-check-") as tmp:
-        for t in external_tensors(light):
-            for e in t.external_data:
-                if e.key == "location":
-                    path = os.path.join(tmp, e.value)
-                    if not os.path.exists(path):
-                        os.makedirs(os.path.dirname(path), exist_ok=True)
-                        open(path, "wb").close()
         path = os.path.join(tmp, "model.onnx")
         with open(path, "wb") as f:
             f.write(light.SerializeToString())
-        onnx.checker.check_model(path, full_check=full)
+        # The main graph's initializers hold nearly every external tensor (all the stubs): a
+        # walk over every node for the others (a Constant's, a body's) is left for a failure.
+        _placeholders(tmp, light.graph.initializer)
+        try:
+            onnx.checker.check_model(path, full_check=full)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+            if not _placeholders(tmp, external_tensors(light)):
+                raise
+            onnx.checker.check_model(path, full_check=full)
+
+
+def _placeholders(folder: str, tensors: Iterable[onnx.TensorProto]) -> bool:
+    """Empty files in ``folder`` at the external-data locations of ``tensors``; whether any was new."""
+    added = False
+    for t in tensors:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        for e in t.external_data:
+            if e.key == "location":
+                path = os.path.join(folder, e.value)
+                if not os.path.exists(path):
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    open(path, "wb").close()
+                    added = True
+    return added
 
 
 def _first(e: BaseException) -> str:

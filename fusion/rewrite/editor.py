@@ -17,8 +17,9 @@ unless the caller asked for plugin-only output (``functions=False``).
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Collection
 
 import numpy as np
@@ -197,10 +198,10 @@ class Editor:
         # an edited list is stale then, and only a walk finds those bodies.
         edited = [s.locator for s in self.graph.scopes if id(s) in self.edits]
         if any(len(k) > len(e) and k[: len(e)] == e for k in self.graph.locators for e in edited):
-            containers = node_lists(out)
+            containers, plain = node_lists(out), set()
         else:
-            containers = self.graph.node_lists(out)
-        _drop_dead(out, self.edits.values(), containers)
+            containers, plain = self.graph.node_lists(out), self._plain_lists()
+        _drop_dead(out, self.edits.values(), containers, plain)
         if any(e.custom_domain for e in self.edits.values()):
             _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
             for scope in self.graph.scopes:
@@ -218,6 +219,30 @@ class Editor:
             if base is None:
                 log.warning("%s", warnings[-1])
         return out, warnings
+
+    def main_graph_ops(self) -> set[tuple[str, str]] | None:
+        """(domain, op_type) of every node the fused main graph and its bodies may hold: a superset
+        (fused-away nodes still count), or None when a fusion added a node with a body."""
+        ops = {(n.domain, n.op) for s in self.graph.scopes if s.locator[0] == "graph" for n in s.ir.nodes}
+        for scope in self.graph.scopes:
+            edit = self.edits.get(id(scope))
+            if edit is None or scope.locator[0] != "graph":
+                continue
+            for n in (n for nodes in edit.inserts.values() for n in nodes):
+                if _has_subgraph(n):
+                    return None
+                ops.add((n.domain, n.op_type))
+        return ops
+
+    def _plain_lists(self) -> set[tuple]:
+        """Locators of the node lists that hold no node with a graph attribute, fusions applied."""
+        plain = set()
+        for scope in self.graph.scopes:
+            edit = self.edits.get(id(scope))
+            added = () if edit is None else (n for nodes in edit.inserts.values() for n in nodes)
+            if not scope.nested and not any(_has_subgraph(n) for n in added):
+                plain.add(scope.locator)
+        return plain
 
     def _add_functions(self, model: onnx.ModelProto) -> list[str]:
         warnings = []
@@ -254,23 +279,27 @@ def _apply_edit(container, edit: _Edit) -> None:
             container.value_info.extend(keep)
 
 
-def _drop_dead(model: onnx.ModelProto, edits, containers) -> None:
+def _drop_dead(model: onnx.ModelProto, edits, containers, plain: Collection[tuple] = ()) -> None:
     """Remove what only the fused-away nodes read: initializers, Constant nodes, and side
-    computations (Shape -> Concat chains) that fed them.  Code that was dead before stays."""
+    computations (Shape -> Concat chains) that fed them.  Code that was dead before stays.
+    ``plain``: locators of lists known to hold no node with a graph attribute (read faster)."""
     released = [name for e in edits for name in e.released]
     if not released:
         return
-    uses: dict[str, int] = {}
+    uses: Counter[str] = Counter()
     producer: dict[str, tuple[Any, onnx.NodeProto]] = {}
-    for c in containers.values():
-        outs = c.output if isinstance(c, onnx.FunctionProto) else [o.name for o in c.output]
-        for o in outs:
-            uses[o] = uses.get(o, 0) + 1
-        for n in c.node:
-            for i in n.input:
-                uses[i] = uses.get(i, 0) + 1
-            for sub in _subgraph_inputs(n):
-                uses[sub] = uses.get(sub, 0) + 1
+    for key, c in containers.items():
+        uses.update(c.output if isinstance(c, onnx.FunctionProto) else [o.name for o in c.output])
+        nodes = list(c.node)
+        if key in plain:
+            uses.update(chain.from_iterable([n.input for n in nodes]))
+            for n in nodes:
+                for o in n.output:
+                    producer[o] = (c, n)
+            continue
+        for n in nodes:
+            uses.update(n.input)
+            uses.update(_subgraph_inputs(n))
             if not _has_subgraph(n):
                 for o in n.output:
                     producer[o] = (c, n)
