@@ -142,7 +142,7 @@ def run(
                 continue
             deferred = None  # a miss that a later rule's miss at this root replaces
             for rule in by_op.get(node.op, ()):
-                if not near.within(rule, node):
+                if not near.within(rule, node) or not rule.may_start_at(node):
                     continue
                 outcome = _try(rule, node, ctx, editor, claimed)
                 if isinstance(outcome, Fusion):
@@ -195,13 +195,15 @@ class _NearSignature:
         reach = rule.reach
         if reach is None:
             return True
-        return all(self._near(ops, hops, node) for ops, hops in ((rule.signature, reach), *rule.anchor_reaches))
+        if not self._near(rule.signature, reach, node):
+            return False
+        return all(self._near(ops, hops, node) for ops, hops in rule.anchor_reaches)
 
     def _near(self, ops: frozenset[str], reach: int, node: Node) -> bool:
-        searched, hops = self.hops.get(ops, (-1, {}))
-        if searched < reach:  # one search per op set, as deep as the deepest rule asks
-            searched, hops = self.hops[ops] = (reach, self._forward(ops, reach))
-        return hops.get(id(node), reach + 1) <= reach
+        found = self.hops.get(ops)
+        if found is None or found[0] < reach:  # one search per op set, as deep as the deepest rule asks
+            found = self.hops[ops] = (reach, self._forward(ops, reach))
+        return found[1].get(id(node), reach + 1) <= reach
 
     def _forward(self, signature: frozenset[str], reach: int) -> dict[int, int]:
         frontier = [n for n in self.scope.ir.nodes if n.op in signature]

@@ -154,11 +154,10 @@ class Editor:
         kept_outputs = set()
         for n in em.nodes:
             kept_outputs.update(n.output)
-        for node in removed:
-            nproto = self.graph.node_proto(node)
+        for node in removed:  # (names read from the view: the same as the proto's, and cheaper)
             edit.removed.add(self.graph.node_index(node))
-            edit.released.update(i for i in nproto.input if i)
-            edit.dropped_values.update(o for o in nproto.output if o and o not in kept_outputs)
+            edit.released.update(t.name for t in node.inputs if t.name)
+            edit.dropped_values.update(t.name for t in node.outputs if t.name and t.name not in kept_outputs)
         edit.inserts[self.graph.node_index(root)].extend(em.nodes)
         edit.initializers.extend(em.initializers)
         for spec, use in em.plugin_uses:
@@ -263,20 +262,31 @@ class Editor:
 
 
 def _apply_edit(container, edit: _Edit) -> None:
-    old = list(container.node)
-    new: list[onnx.NodeProto] = []
-    for i, n in enumerate(old):
-        new.extend(edit.inserts.get(i, ()))
-        if i not in edit.removed:
-            new.append(n)
-    del container.node[:]
-    container.node.extend(new)
+    """Edit the node list in place (no copy of the nodes kept): back to front, so the positions
+    still to edit stay put, each removed run goes and the new nodes take their root's place,
+    before the node that was there."""
+    nodes = container.node
+    for i in sorted(edit.removed | edit.inserts.keys(), reverse=True):
+        if i in edit.removed:
+            del nodes[i]
+        for k, n in enumerate(edit.inserts.get(i, ())):
+            nodes.insert(i + k, n)
     if isinstance(container, onnx.GraphProto):
         container.initializer.extend(edit.initializers)
         if edit.dropped_values:
-            keep = [v for v in container.value_info if v.name not in edit.dropped_values]
-            del container.value_info[:]
-            container.value_info.extend(keep)
+            _delete(container.value_info, [i for i, v in enumerate(container.value_info) if v.name in edit.dropped_values])
+
+
+def _delete(repeated, indices: list[int]) -> None:
+    """Delete the elements at ascending ``indices`` of a repeated field in place, a run at a time
+    from the back: the rest (weights, for initializers) is neither copied nor moved in Python."""
+    end = len(indices)
+    while end:
+        start = end - 1
+        while start and indices[start - 1] == indices[start] - 1:
+            start -= 1
+        del repeated[indices[start] : indices[end - 1] + 1]
+        end = start
 
 
 def _drop_dead(model: onnx.ModelProto, edits, containers, plain: Collection[tuple] = ()) -> None:
@@ -326,18 +336,9 @@ def _drop_dead(model: onnx.ModelProto, edits, containers, plain: Collection[tupl
         c = containers[key]
         if isinstance(c, onnx.GraphProto):
             inputs = {i.name for i in c.input}
-            keep = [t for t in c.initializer if t.name not in dead_names or t.name in inputs]
-            if len(keep) != len(c.initializer):
-                del c.initializer[:]
-                c.initializer.extend(keep)
-            vis = [v for v in c.value_info if v.name not in dead_names]
-            if len(vis) != len(c.value_info):
-                del c.value_info[:]
-                c.value_info.extend(vis)
-        nodes = [n for n in c.node if id(n) not in dead_nodes]
-        if len(nodes) != len(c.node):
-            del c.node[:]
-            c.node.extend(nodes)
+            _delete(c.initializer, [i for i, t in enumerate(c.initializer) if t.name in dead_names and t.name not in inputs])
+            _delete(c.value_info, [i for i, v in enumerate(c.value_info) if v.name in dead_names])
+        _delete(c.node, [i for i, n in enumerate(c.node) if id(n) in dead_nodes])
 
 
 def _has_subgraph(n: onnx.NodeProto) -> bool:
