@@ -88,6 +88,7 @@ class ModelGraph:
     # Every node list's locator, the skipped functions' too, in node_lists' order.
     locators: list[tuple] = field(default_factory=list)
     _names: set[str] | None = None
+    _values: dict[ir.Tensor, np.ndarray] = field(default_factory=dict, repr=False)  # constants' values, read once
     _shapes_inferred: bool = False
 
     @classmethod
@@ -234,9 +235,14 @@ class ModelGraph:
     def constant_value(self, t: ir.Tensor, max_elements: int = MAX_CONST_READ) -> np.ndarray | None:
         """Read a constant's value; None if it is not constant or too big to read for matching."""
         p = self.constant_proto(t)
-        if p is None or int(np.prod(p.dims, dtype=np.int64)) > max_elements:
+        if p is None or math.prod(p.dims) > max_elements:
             return None
-        return read_tensor(p, self.base_dir)
+        # The view's tensors live as long as this graph and a constant never changes while it
+        # is matched: read each once (patterns ask for axes and exponents again and again).
+        value = self._values.get(t)  # (keyed by the tensor itself: kept alive, its id never reused)
+        if value is None:
+            value = self._values[t] = read_tensor(p, self.base_dir)
+        return value.copy()  # (the caller's to change)
 
     def scalar(self, t: ir.Tensor) -> float | None:
         """The value of a one-element constant, else None."""

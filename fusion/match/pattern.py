@@ -75,6 +75,7 @@ class Op(Pattern):
     ):
         self.op_type = op_type
         self.inputs = inputs
+        self.required = sum(not isinstance(q, Opt) for q in inputs)  # inputs that must be present
         self.name = name
         self.commute = op_type in COMMUTATIVE if commute is None else commute
         self.where = where  # extra structural test on the node; returns a reason or None
@@ -307,12 +308,11 @@ class Matcher:
             if reason:
                 self.fail(st, lambda: f"{node.op} {node.name!r}: {reason}")
                 return
-        inputs = [i for i in node.inputs]
+        inputs = list(node.inputs)
         while inputs and inputs[-1].name == "":
             inputs.pop()
-        required = [q for q in p.inputs if not isinstance(q, Opt)]
-        if not len(required) <= len(inputs) <= len(p.inputs):
-            self.fail(st, lambda: f"{node.op} {node.name!r} has {len(inputs)} inputs, expected {len(required)}")
+        if not p.required <= len(inputs) <= len(p.inputs):
+            self.fail(st, lambda: f"{node.op} {node.name!r} has {len(inputs)} inputs, expected {p.required}")
             return
         st = st.bind(p, t, node)
         for q in p.inputs[len(inputs) :]:  # absent optional inputs: absent wherever q is reached
@@ -325,15 +325,16 @@ class Matcher:
         if p.commute and len(inputs) == 2 and inputs[0] is not inputs[1]:
             orders.append(inputs[::-1])
         for ins in orders:
-            yield from self._match_all(list(zip(pats, ins)), st)
+            yield from self._match_all(list(zip(pats, ins)), 0, st)
 
-    def _match_all(self, pairs: list, st: _State) -> Iterator[_State]:
-        if not pairs:
+    def _match_all(self, pairs: list, i: int, st: _State) -> Iterator[_State]:
+        """Match ``pairs[i:]`` (pattern, tensor) in order."""
+        if i == len(pairs):
             yield st
             return
-        (p, t), rest = pairs[0], pairs[1:]
+        p, t = pairs[i]
         for s in self._match(p, t, st):
-            yield from self._match_all(rest, s)
+            yield from self._match_all(pairs, i + 1, s)
 
 
 # Ops whose result is a function of their inputs and attributes alone: two such nodes over
