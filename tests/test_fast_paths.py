@@ -22,6 +22,7 @@ from fusion.passes import driver
 from fusion.patterns import _norm
 from fusion.patterns.layernorm import RULE as LN_RULE
 from fusion.rewrite import editor
+from fusion.match.pattern import Matcher, Op, Var
 from fusion.rewrite.rules import Rule
 
 from .builders import FLOAT, G, count, max_error, reduce_mean
@@ -108,6 +109,30 @@ def test_root_filter_keeps_a_norms_root_and_skips_a_bias_add():
     nodes = {n.outputs[0].name: n for n in ModelGraph.from_proto(g.model()).scopes[0].ir.nodes}
     assert LN_RULE.may_start_at(nodes[shift])
     assert not LN_RULE.may_start_at(nodes[bias_add])  # Add(constant, MatMul): no input a LayerNorm's Add reads
+
+
+def test_root_filter_counts_nodes_an_optional_input_may_bind():
+    """An input that may be a plain tensor can still bind a node (and a near-miss grow from it):
+    the root stays, even though the input that must be a node cannot match here."""
+
+    class Probe(Rule):
+        name = pass_name = "probe"
+        pattern = Op("Add", Var("a") | Op("Mul", Var(), Var()), Op("Sub", Var(), Var()))
+        min_progress = 2
+
+    g = G(opset=13)
+    x = g.input("x", FLOAT, [2])
+    mul_add = g.op("Add", g.op("Mul", x, x), g.op("Neg", x))
+    neg_add = g.op("Add", g.op("Neg", x), g.op("Relu", x))
+    g.output(mul_add, FLOAT)
+    g.output(neg_add, FLOAT)
+    graph = ModelGraph.from_proto(g.model())
+    nodes = {n.outputs[0].name: n for n in graph.scopes[0].ir.nodes}
+    matcher = Matcher(graph)
+    assert not list(matcher.match(Probe.pattern, nodes[mul_add])) and matcher.best.progress == 2  # Add, Mul
+    assert Probe().may_start_at(nodes[mul_add])
+    assert not list(matcher.match(Probe.pattern, nodes[neg_add])) and matcher.best.progress < 2
+    assert not Probe().may_start_at(nodes[neg_add])  # nothing below it can bind
 
 
 def _nested_model() -> onnx.ModelProto:

@@ -185,16 +185,16 @@ class Editor:
             out = onnx.ModelProto()
             out.CopyFrom(self.graph.proto)
         containers = self.graph.node_lists(out)
-        # Innermost first: rebuilding a node list copies its nodes, so an edit of a body made
-        # after the list holding its If/Loop node was rebuilt would land in a discarded copy.
+        # Innermost first.  Every list was found before the first edit, and lists are edited in
+        # place, so a body found here is the one the output keeps.
         for scope in sorted(self.graph.scopes, key=lambda s: -len(s.locator)):
             edit = self.edits.get(id(scope))
             if edit is None:
                 continue
             container = containers[scope.locator]
             _apply_edit(container, edit)
-        # The rebuilt lists hold new copies of their bodies, at new positions: a locator through
-        # an edited list is stale then, and only a walk finds those bodies.
+        # An edited list's nodes have moved: a locator through it is stale, and only a walk finds
+        # the bodies below it.
         edited = [s.locator for s in self.graph.scopes if id(s) in self.edits]
         if any(len(k) > len(e) and k[: len(e)] == e for k in self.graph.locators for e in edited):
             containers, plain = node_lists(out), set()

@@ -104,10 +104,10 @@ class Rule:
 
     def may_start_at(self, node: Node) -> bool:
         """False where no match can bind a node below ``node``: every root option of the pattern
-        that fits ``node`` has an input that only a node binds, and none of the op types those
-        inputs accept computes an input of ``node``.  The match then binds at most ``node``
-        itself, below any min_progress: neither a fusion nor a near-miss, so the driver skips
-        it (a sound filter, like ``reach``; most Adds of a transformer end here).
+        that fits ``node`` has an input that only a node binds, and no input pattern of it
+        accepts the op of a node computing an input of ``node``.  The match then binds at most
+        ``node`` itself, below any min_progress: neither a fusion nor a near-miss, so the driver
+        skips it (a sound filter, like ``reach``; most Adds of a transformer end here).
         """
         cached = self.__dict__.get("_starts")
         if cached is None:
@@ -145,14 +145,15 @@ def _distance(p: Pattern, signature: frozenset[str], memo: dict[int, int]) -> in
 
 
 def _start_table(p: Pattern) -> dict[str, list[frozenset[str] | None]] | None:
-    """Per op type of a root option of ``p``: for each such option, the op types its inputs that
-    need a node accept (None: it has no such input).  None when an option binds no node."""
+    """Per op type of a root option of ``p``: for each such option, the op types of the nodes
+    its input patterns can bind (None: it matches with no input bound to a node).  None when
+    a root option is no Op."""
     table: dict[str, list[frozenset[str] | None]] = {}
     for o in _root_options(p):
         if not isinstance(o, Op):
             return None
-        needs = [ops for q in o.inputs if (ops := _first_ops(q)) is not None]
-        table.setdefault(o.op_type, []).append(frozenset().union(*needs) if needs else None)
+        needs_node = any(_needs_node(q) for q in o.inputs)
+        table.setdefault(o.op_type, []).append(frozenset().union(*map(_node_ops, o.inputs)) if needs_node else None)
     return table
 
 
@@ -160,14 +161,24 @@ def _root_options(p: Pattern) -> list[Pattern]:
     return [q for o in p.options for q in _root_options(o)] if isinstance(p, Alt) else [p]
 
 
-def _first_ops(p: Pattern) -> frozenset[str] | None:
-    """The op types of the node ``p`` binds first; None when it may bind a tensor without one."""
+def _node_ops(p: Pattern) -> frozenset[str]:
+    """The op types of the node ``p`` can bind at its tensor (none for a Var or a Const)."""
     if isinstance(p, Op):
         return frozenset({p.op_type})
     if isinstance(p, Alt):
-        options = [_first_ops(o) for o in p.options]
-        return None if any(ops is None for ops in options) else frozenset().union(*options)
-    return None  # Var, Const, Opt (absent)
+        return frozenset().union(*map(_node_ops, p.options))
+    if isinstance(p, Opt):
+        return _node_ops(p.inner)
+    return frozenset()
+
+
+def _needs_node(p: Pattern) -> bool:
+    """Whether ``p`` matches only by binding a node at its tensor."""
+    if isinstance(p, Op):
+        return True
+    if isinstance(p, Alt):
+        return all(_needs_node(o) for o in p.options)
+    return False  # Var, Const, Opt (absent)
 
 
 def _root_ops(p: Pattern) -> set[str]:
