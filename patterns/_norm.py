@@ -195,11 +195,15 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
     if node.op in _SAME_SHAPE:
         return _proven_dim(g, node.inputs[0], axis, node.scope, depth - 1, assume, memo)
     if node.op in _BROADCAST:
-        # The result has the one size other than 1 among the operands (or the op fails).
-        dims = [_proven_dim(g, i, axis, node.scope, depth - 1, assume, memo) for i in node.inputs]
-        known = [d for d in dims if d is not None and d != 1]
-        if known:
-            return known[0]
+        # The result has the one size other than 1 among the operands (or the op fails): the
+        # first operand proven to have it settles the question, so a residual Add does not
+        # walk back through every earlier layer when its bias already says the size.
+        dims = []
+        for operand in node.inputs:
+            d = _proven_dim(g, operand, axis, node.scope, depth - 1, assume, memo)
+            if d is not None and d != 1:
+                return d
+            dims.append(d)
         return 1 if all(d == 1 for d in dims) else None
     if axis == -1 and node.op in ("MatMul", "Gemm") and len(node.inputs) >= 2:
         w = g.fixed_shape(node.inputs[1])

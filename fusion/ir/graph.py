@@ -10,8 +10,10 @@ it went in.  Each view node keeps the NodeProto it was read from.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator
 
 import numpy as np
@@ -67,6 +69,11 @@ class Scope:
     def is_function(self) -> bool:
         return self.kind == "function"
 
+    @cached_property
+    def nested(self) -> bool:
+        """Whether a node of this list has a graph attribute (a control-flow body; maybe none in it)."""
+        return any(n.subgraphs for n in self.ir.nodes)
+
 
 @dataclass
 class ModelGraph:
@@ -78,7 +85,10 @@ class ModelGraph:
     # Treat the main graph's initializers that are also graph inputs as constants: the caller
     # promises never to feed them (see ``overridable``; the output then stops listing them).
     assume_constant_initializers: bool = False
+    # Every node list's locator, the skipped functions' too, in node_lists' order.
+    locators: list[tuple] = field(default_factory=list)
     _names: set[str] | None = None
+    _values: dict[ir.Tensor, np.ndarray] = field(default_factory=dict, repr=False)  # constants' values, read once
     _shapes_inferred: bool = False
     # Analyses of the graph as read, made once and kept for the pass (patterns/_shapes.py).
     analyses: dict = field(default_factory=dict, repr=False, compare=False)
@@ -93,6 +103,7 @@ class ModelGraph:
         mg._add_scope("graph", "main", ir.import_graph(proto.graph), opset, None, ("graph",))
         for k, fproto in enumerate(proto.functions):
             if (fproto.domain, fproto.name) in skip_functions:
+                mg.locators.extend(_node_lists(fproto, ("function", k)))
                 continue
             fopset = default_opset(fproto.opset_import) or opset
             path = f"function {fproto.domain}::{fproto.name}"
@@ -103,6 +114,7 @@ class ModelGraph:
         out_names = frozenset(t.name for t in graph.outputs)
         scope = Scope(kind, path, graph, graph.proto, opset, parent, out_names, locator)
         self.scopes.append(scope)
+        self.locators.append(locator)
         for node in graph.nodes:
             node.scope = scope
             for attr_name, subs in node.subgraphs.items():
@@ -110,6 +122,12 @@ class ModelGraph:
                 for j, sub in enumerate(subs):
                     where = f"{path}/{label}.{attr_name}" + (f"[{j}]" if len(subs) > 1 else "")
                     self._add_scope("subgraph", where, sub, opset, scope, locator + (node.index, attr_name, j))
+
+    def node_lists(self, model: onnx.ModelProto | None = None) -> dict[tuple, onnx.GraphProto | onnx.FunctionProto]:
+        """``node_lists(model)`` for this graph's proto or a copy of it whose node lists sit where
+        they sit here, found from the locators instead of a walk over every node."""
+        model = self.proto if model is None else model
+        return {key: locate(model, key) for key in self.locators}
 
     # -- links --------------------------------------------------------------------------
     @staticmethod
@@ -127,22 +145,22 @@ class ModelGraph:
 
     # -- names --------------------------------------------------------------------------
     def all_names(self) -> set[str]:
-        """Every node and value name anywhere in the model (for making fresh ones)."""
+        """Every node and value name anywhere in the model (for making fresh ones): graphs' inputs,
+        outputs and initializers, functions' inputs and outputs, nodes' names and outputs."""
         if self._names is None:
             names: set[str] = set()
-            for g in _walk_graph_protos(self.proto):
-                names.update(i.name for i in g.input)
-                names.update(o.name for o in g.output)
-                names.update(t.name for t in g.initializer)
-                for n in g.node:
+            for s in self.scopes:  # read from the view: no proto but the initializer list
+                names.update(t.name for t in s.ir.inputs)
+                names.update(t.name for t in s.ir.outputs)
+                if not s.is_function:
+                    names.update(t.name for t in s.proto.initializer)
+                for n in s.ir.nodes:
                     names.add(n.name)
-                    names.update(n.output)
-            for f in self.proto.functions:
-                names.update(f.input)
-                names.update(f.output)
-                for n in f.node:
-                    names.add(n.name)
-                    names.update(n.output)
+                    names.update(t.name for t in n.outputs)
+            scanned = {s.locator for s in self.scopes}
+            for key in self.locators:  # the functions left out of the view
+                if key not in scanned:
+                    names.update(_proto_names(locate(self.proto, key)))
             self._names = names
         return self._names
 
@@ -219,9 +237,14 @@ class ModelGraph:
     def constant_value(self, t: ir.Tensor, max_elements: int = MAX_CONST_READ) -> np.ndarray | None:
         """Read a constant's value; None if it is not constant or too big to read for matching."""
         p = self.constant_proto(t)
-        if p is None or int(np.prod(p.dims, dtype=np.int64)) > max_elements:
+        if p is None or math.prod(p.dims) > max_elements:
             return None
-        return read_tensor(p, self.base_dir)
+        # The view's tensors live as long as this graph and a constant never changes while it
+        # is matched: read each once (patterns ask for axes and exponents again and again).
+        value = self._values.get(t)  # (keyed by the tensor itself: kept alive, its id never reused)
+        if value is None:
+            value = self._values[t] = read_tensor(p, self.base_dir)
+        return value.copy()  # (the caller's to change)
 
     def scalar(self, t: ir.Tensor) -> float | None:
         """The value of a one-element constant, else None."""
@@ -272,15 +295,11 @@ class ModelGraph:
         for scope in self.scopes:
             if scope.is_function:
                 continue
-            for t in scope.ir.tensors.values():
-                if t.const is not None or (t.dtype is not None and t.shape is not None):
+            for name, t in scope.ir.tensors.items():
+                vi = infos.get(name)  # (first: most tensors have none, and decoding costs more)
+                if vi is None or t.const is not None or (t.dtype is not None and t.shape is not None):
                     continue
-                vi = infos.get(t.name)
-                if vi is not None:
-                    known = ir._from_info(vi)
-                    t.dtype = t.dtype or known.dtype
-                    if t.shape is None:
-                        t.shape = known.shape
+                t.add_info(vi)
 
 
 
@@ -304,7 +323,7 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     g.value_info.extend(src.value_info)
     g.sparse_initializer.extend(src.sparse_initializer)
     for t in src.initializer:
-        small = int(np.prod(t.dims, dtype=np.int64)) <= 1024  # shape constants: inference reads them
+        small = math.prod(t.dims) <= 1024  # shape constants: inference reads them
         if t.data_location == onnx.TensorProto.EXTERNAL or small:
             g.initializer.append(t)
             continue
@@ -408,6 +427,14 @@ def _constant_node_value(n: onnx.NodeProto) -> onnx.TensorProto | None:
 def node_lists(model: onnx.ModelProto) -> dict[tuple, onnx.GraphProto | onnx.FunctionProto]:
     """Every node list of ``model``: the main graph, functions, and the control-flow bodies in
     either, keyed by a locator that finds the same list in any copy of the model (Scope.locator)."""
+    out = _node_lists(model.graph, ("graph",))
+    for k, f in enumerate(model.functions):
+        out.update(_node_lists(f, ("function", k)))
+    return out
+
+
+def _node_lists(container, key: tuple) -> dict[tuple, onnx.GraphProto | onnx.FunctionProto]:
+    """``container`` and the bodies nested in it, keyed by locator (``key`` is the container's)."""
     out: dict[tuple, onnx.GraphProto | onnx.FunctionProto] = {}
 
     def visit(container, key: tuple) -> None:
@@ -420,10 +447,43 @@ def node_lists(model: onnx.ModelProto) -> dict[tuple, onnx.GraphProto | onnx.Fun
                     for j, g in enumerate(a.graphs):
                         visit(g, key + (i, a.name, j))
 
-    visit(model.graph, ("graph",))
-    for k, f in enumerate(model.functions):
-        visit(f, ("function", k))
+    visit(container, key)
     return out
+
+
+def locate(model: onnx.ModelProto, key: tuple) -> onnx.GraphProto | onnx.FunctionProto:
+    """The node list at locator ``key`` (see node_lists) in ``model``."""
+    container = model.graph if key[0] == "graph" else model.functions[key[1]]
+    path = key[1:] if key[0] == "graph" else key[2:]
+    for i in range(0, len(path), 3):
+        index, name, j = path[i : i + 3]
+        # The last attribute of that name, as node_lists' walk keeps the last body it finds there.
+        a = [a for a in container.node[index].attribute if a.name == name][-1]
+        container = a.g if a.type == onnx.AttributeProto.GRAPH else a.graphs[j]
+    return container
+
+
+def in_order(g: ir.Graph) -> bool | None:
+    """Whether every node of ``g`` comes after the nodes computing what it reads, from the view
+    (no proto is read); None where only the protos can tell: in a nested graph (whose names
+    may shadow the enclosing graph's) or with a node that has subgraphs (what they read)."""
+    if g.parent is not None or any(n.subgraphs for n in g.nodes):
+        return None
+    return all(p.index < n.index for n in g.nodes for t in n.inputs for p in t.inputs if p.graph is g)
+
+
+def _proto_names(c: onnx.GraphProto | onnx.FunctionProto) -> Iterator[str]:
+    """What ModelGraph.all_names takes from one node list."""
+    if isinstance(c, onnx.GraphProto):
+        yield from (i.name for i in c.input)
+        yield from (o.name for o in c.output)
+        yield from (t.name for t in c.initializer)
+    else:
+        yield from c.input
+        yield from c.output
+    for n in c.node:
+        yield n.name
+        yield from n.output
 
 
 def _walk_graph_protos(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:

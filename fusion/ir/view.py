@@ -73,6 +73,12 @@ class Tensor:
         self._decode()
         self._shape = value
 
+    def add_info(self, vi: onnx.ValueInfoProto) -> None:
+        """Take the element type and dims this tensor lacks from ``vi`` (inferred), decoded on
+        first use like an annotation: most tensors are never asked."""
+        self._decode()
+        self._info = vi
+
     def _decode(self) -> None:
         vi, self._info = self._info, None
         if vi is None or not vi.type.HasField("tensor_type"):
@@ -191,15 +197,17 @@ def import_function(proto: onnx.FunctionProto) -> Graph:
 
 
 def _import_nodes(g: Graph, nodes, info: dict) -> None:
+    tensors = g.tensors  # (the loop runs once per node of the model: names bound once)
     for i, p in enumerate(nodes):
         node = Node(p, i, g)
+        inputs, outputs = node.inputs, node.outputs
         for name in p.input:
             if not name:
-                node.inputs.append(Tensor(""))  # an absent optional input
+                inputs.append(Tensor(""))  # an absent optional input
                 continue
-            t = _tensor(g, name, info)
+            t = tensors.get(name) or _tensor(g, name, info)
             t.outputs.append(node)
-            node.inputs.append(t)
+            inputs.append(t)
         for a in p.attribute:
             if a.type in _GRAPH_TYPES:
                 subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
@@ -207,13 +215,13 @@ def _import_nodes(g: Graph, nodes, info: dict) -> None:
                 node.subgraphs[a.name] = [import_graph(s, g) for s in subs]
         for name in p.output:
             if not name:
-                node.outputs.append(Tensor(""))
+                outputs.append(Tensor(""))
                 continue
-            t = g.tensors.get(name)
+            t = tensors.get(name)
             if t is None:
-                t = g.tensors[name] = _from_info(info[name]) if name in info else Tensor(name)
+                t = tensors[name] = _from_info(info[name]) if name in info else Tensor(name)
             t.inputs.append(node)
-            node.outputs.append(t)
+            outputs.append(t)
         g.nodes.append(node)
 
 

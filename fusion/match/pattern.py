@@ -75,6 +75,7 @@ class Op(Pattern):
     ):
         self.op_type = op_type
         self.inputs = inputs
+        self.required = sum(not isinstance(q, Opt) for q in inputs)  # inputs that must be present
         self.name = name
         self.commute = op_type in COMMUTATIVE if commute is None else commute
         self.where = where  # extra structural test on the node; returns a reason or None
@@ -90,6 +91,16 @@ class Alt(Pattern):
     # the same option there; flattening it into this one would lose that identity.
     def __init__(self, *options: Pattern):
         self.options = tuple(options)
+
+    @property
+    def table(self) -> tuple[tuple[Pattern, str | None, bool], ...]:
+        """(option, its op type if an Op, whether its absence is a failure), made once."""
+        cached = self.__dict__.get("_table")
+        if cached is None:
+            cached = self.__dict__["_table"] = tuple(
+                (o, o.op_type, not o.quiet) if isinstance(o, Op) else (o, None, True) for o in self.options
+            )
+        return cached
 
     def __repr__(self) -> str:
         return " | ".join(map(repr, self.options))
@@ -129,13 +140,15 @@ class Match:
 _ABSENT = Tensor("")  # what an Opt binds when its input is absent
 
 
-@dataclass
 class _State:
-    at: dict[int, Tensor] = field(default_factory=dict)  # id(pattern) -> the tensor it bound
-    order: tuple = ()  # matched nodes in match order (duplicates included)
+    __slots__ = ("at", "order")
+
+    def __init__(self, at: dict[int, Tensor] | None = None, order: tuple = ()):
+        self.at = {} if at is None else at  # id(pattern) -> the tensor it bound
+        self.order = order  # matched nodes in match order (duplicates included)
 
     def bind(self, p: Pattern, t: Tensor, node: Node | None = None) -> "_State":
-        at = dict(self.at)
+        at = self.at.copy()
         at[id(p)] = t
         return _State(at, self.order if node is None else self.order + (node,))
 
@@ -192,6 +205,10 @@ class Matcher:
             self.best = Failure(progress, reason)
             self.best_nodes = st.order
 
+    def _outranks(self, st: _State) -> bool:
+        """Whether a failure now (no bonus) would be recorded: spares making its reason otherwise."""
+        return self.best is None or len(st.order) >= self.best.progress
+
     # -- recursion ----------------------------------------------------------------------
     def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
         bound = st.at.get(id(p))
@@ -200,10 +217,10 @@ class Matcher:
         elif isinstance(p, Alt):
             node = self._producer(t)
             op = None if node is None else node.op
-            for o in p.options:
+            for o, o_op, loud in p.table:
                 # Most options fail on the producer's op type: say so without recursing.
-                if isinstance(o, Op) and o.op_type != op and id(o) not in st.at:
-                    if not o.quiet:
+                if o_op is not None and o_op != op and id(o) not in st.at:
+                    if loud and self._outranks(st):
                         self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node of this scope'}, expected {o.op_type}")
                     continue
                 for s in self._match(o, t, st):
@@ -291,12 +308,11 @@ class Matcher:
             if reason:
                 self.fail(st, lambda: f"{node.op} {node.name!r}: {reason}")
                 return
-        inputs = [i for i in node.inputs]
+        inputs = list(node.inputs)
         while inputs and inputs[-1].name == "":
             inputs.pop()
-        required = [q for q in p.inputs if not isinstance(q, Opt)]
-        if not len(required) <= len(inputs) <= len(p.inputs):
-            self.fail(st, lambda: f"{node.op} {node.name!r} has {len(inputs)} inputs, expected {len(required)}")
+        if not p.required <= len(inputs) <= len(p.inputs):
+            self.fail(st, lambda: f"{node.op} {node.name!r} has {len(inputs)} inputs, expected {p.required}")
             return
         st = st.bind(p, t, node)
         for q in p.inputs[len(inputs) :]:  # absent optional inputs: absent wherever q is reached
@@ -309,15 +325,16 @@ class Matcher:
         if p.commute and len(inputs) == 2 and inputs[0] is not inputs[1]:
             orders.append(inputs[::-1])
         for ins in orders:
-            yield from self._match_all(list(zip(pats, ins)), st)
+            yield from self._match_all(list(zip(pats, ins)), 0, st)
 
-    def _match_all(self, pairs: list, st: _State) -> Iterator[_State]:
-        if not pairs:
+    def _match_all(self, pairs: list, i: int, st: _State) -> Iterator[_State]:
+        """Match ``pairs[i:]`` (pattern, tensor) in order."""
+        if i == len(pairs):
             yield st
             return
-        (p, t), rest = pairs[0], pairs[1:]
+        p, t = pairs[i]
         for s in self._match(p, t, st):
-            yield from self._match_all(rest, s)
+            yield from self._match_all(pairs, i + 1, s)
 
 
 # Ops whose result is a function of their inputs and attributes alone: two such nodes over

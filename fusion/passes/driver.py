@@ -20,7 +20,7 @@ import onnx
 from ..rewrite import specs
 from ..errors import FusionError
 from ..ir.view import Node
-from ..ir.graph import ModelGraph, Scope, freeze_initializers, weightless
+from ..ir.graph import ModelGraph, Scope, freeze_initializers, in_order, weightless
 from ..ir.model_io import check_graph, check_versions, external_tensors
 from ..match.pattern import Failure, Match, Matcher
 from ..rewrite.editor import Editor, Emitter, Reject, topologically_sorted
@@ -115,7 +115,8 @@ def run(
     ir_version = model.ir_version
     check_graph(graph.scopes[0].ir)
     caller, work = model, model
-    sorted_copy = topologically_sorted(model)
+    ordered = {s.locator for s in graph.scopes if in_order(s.ir)}
+    sorted_copy = topologically_sorted(model, graph.node_lists(), ordered)
     if sorted_copy is not None:
         # The rules take node order for dependency order: work on a sorted copy.
         log.info("the model's nodes are not in topological order: fusing a sorted copy")
@@ -141,7 +142,7 @@ def run(
                 continue
             deferred = None  # a miss that a later rule's miss at this root replaces
             for rule in by_op.get(node.op, ()):
-                if not near.within(rule, node):
+                if not near.within(rule, node) or not rule.may_start_at(node):
                     continue
                 outcome = _try(rule, node, ctx, editor, claimed)
                 if isinstance(outcome, Fusion):
@@ -164,7 +165,7 @@ def run(
     if validate and edit_in_place:
         # Validate a weightless fused copy first: the proto edited in place stays intact on failure.
         light, _ = editor.apply(with_functions=functions, base=weightless(work))
-        _validate(light, lambda: caller, base_dir)
+        _validate(light, lambda: caller, base_dir, editor.main_graph_ops())
     out, warnings = editor.apply(with_functions=functions, inplace=edit_in_place)
     # The fusion may have read those initializers as constants: let no caller feed them.  Below
     # IR 4 they were constants by convention; a function body lifts the IR version past that.
@@ -175,7 +176,7 @@ def run(
 
     # ensures
     if validate and not edit_in_place:
-        _validate(out, lambda: caller, base_dir)
+        _validate(out, lambda: caller, base_dir, editor.main_graph_ops())
     if inplace and work is not caller:
         caller.CopyFrom(out)
         out = caller
@@ -194,13 +195,15 @@ class _NearSignature:
         reach = rule.reach
         if reach is None:
             return True
-        return all(self._near(ops, hops, node) for ops, hops in ((rule.signature, reach), *rule.anchor_reaches))
+        if not self._near(rule.signature, reach, node):
+            return False
+        return all(self._near(ops, hops, node) for ops, hops in rule.anchor_reaches)
 
     def _near(self, ops: frozenset[str], reach: int, node: Node) -> bool:
-        searched, hops = self.hops.get(ops, (-1, {}))
-        if searched < reach:  # one search per op set, as deep as the deepest rule asks
-            searched, hops = self.hops[ops] = (reach, self._forward(ops, reach))
-        return hops.get(id(node), reach + 1) <= reach
+        found = self.hops.get(ops)
+        if found is None or found[0] < reach:  # one search per op set, as deep as the deepest rule asks
+            found = self.hops[ops] = (reach, self._forward(ops, reach))
+        return found[1].get(id(node), reach + 1) <= reach
 
     def _forward(self, signature: frozenset[str], reach: int) -> dict[int, int]:
         frontier = [n for n in self.scope.ir.nodes if n.op in signature]
@@ -352,13 +355,18 @@ def _describe(n: onnx.NodeProto) -> dict:
     }
 
 
-def _validate(out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | None, base_dir: str | None) -> None:
-    """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes."""
+def _validate(
+    out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | None, base_dir: str | None, graph_ops: set | None = None
+) -> None:
+    """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes.
+
+    ``graph_ops``: every (domain, op_type) the main graph and its bodies may hold (a superset,
+    Editor.main_graph_ops), which spares a walk over them when none is a bodiless custom op."""
     errors = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
     # Custom nodes without a function body (functions=False, or one the opset cannot write)
     # have outputs no type inference can see: strict inference then fails on whatever reads
     # them inside a function body.  Such a model is checked without shape inference.
-    full = not _bodiless_custom_ops(out)
+    full = not _bodiless_custom_ops(out, graph_ops)
     try:
         _check(out, base_dir, full)
     except errors as e:
@@ -373,10 +381,13 @@ def _validate(out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | No
         raise InternalError(f"the fused model fails onnx.checker although the input passes: {_first(e)}") from e
 
 
-def _bodiless_custom_ops(model: onnx.ModelProto) -> bool:
+def _bodiless_custom_ops(model: onnx.ModelProto, graph_ops: set | None = None) -> bool:
     ours = {(s.domain, s.op_type) for s in specs.SPECS}
     have = {(f.domain, f.name) for f in model.functions}
-    containers = [model.graph, *model.functions]
+    if graph_ops is not None and not any(op in ours and op not in have for op in graph_ops):
+        containers = list(model.functions)  # none in the main graph: only the functions are walked
+    else:
+        containers = [model.graph, *model.functions]
     while containers:
         c = containers.pop()
         for n in c.node:
@@ -397,17 +408,34 @@ def _check(model: onnx.ModelProto, base_dir: str | None, full: bool = True) -> N
     """
     light = weightless(model)
     with tempfile.TemporaryDirectory(prefix="fusion-check-") as tmp:
-        for t in external_tensors(light):
-            for e in t.external_data:
-                if e.key == "location":
-                    path = os.path.join(tmp, e.value)
-                    if not os.path.exists(path):
-                        os.makedirs(os.path.dirname(path), exist_ok=True)
-                        open(path, "wb").close()
         path = os.path.join(tmp, "model.onnx")
         with open(path, "wb") as f:
             f.write(light.SerializeToString())
-        onnx.checker.check_model(path, full_check=full)
+        # The main graph's initializers hold nearly every external tensor (all the stubs): a
+        # walk over every node for the others (a Constant's, a body's) is left for a failure.
+        _placeholders(tmp, light.graph.initializer)
+        try:
+            onnx.checker.check_model(path, full_check=full)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+            if not _placeholders(tmp, external_tensors(light)):
+                raise
+            onnx.checker.check_model(path, full_check=full)
+
+
+def _placeholders(folder: str, tensors: Iterable[onnx.TensorProto]) -> bool:
+    """Empty files in ``folder`` at the external-data locations of ``tensors``; whether any was new."""
+    added = False
+    for t in tensors:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        for e in t.external_data:
+            if e.key == "location":
+                path = os.path.join(folder, e.value)
+                if not os.path.exists(path):
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    open(path, "wb").close()
+                    added = True
+    return added
 
 
 def _first(e: BaseException) -> str:

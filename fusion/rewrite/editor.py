@@ -17,9 +17,10 @@ unless the caller asked for plugin-only output (``functions=False``).
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain
+from typing import Any, Collection
 
 import numpy as np
 import onnx
@@ -153,11 +154,10 @@ class Editor:
         kept_outputs = set()
         for n in em.nodes:
             kept_outputs.update(n.output)
-        for node in removed:
-            nproto = self.graph.node_proto(node)
+        for node in removed:  # (names read from the view: the same as the proto's, and cheaper)
             edit.removed.add(self.graph.node_index(node))
-            edit.released.update(i for i in nproto.input if i)
-            edit.dropped_values.update(o for o in nproto.output if o and o not in kept_outputs)
+            edit.released.update(t.name for t in node.inputs if t.name)
+            edit.dropped_values.update(t.name for t in node.outputs if t.name and t.name not in kept_outputs)
         edit.inserts[self.graph.node_index(root)].extend(em.nodes)
         edit.initializers.extend(em.initializers)
         for spec, use in em.plugin_uses:
@@ -184,17 +184,23 @@ class Editor:
         if not inplace and base is None:
             out = onnx.ModelProto()
             out.CopyFrom(self.graph.proto)
-        containers = node_lists(out)
-        # Innermost first: rebuilding a node list copies its nodes, so an edit of a body made
-        # after the list holding its If/Loop node was rebuilt would land in a discarded copy.
+        containers = self.graph.node_lists(out)
+        # Innermost first.  Every list was found before the first edit, and lists are edited in
+        # place, so a body found here is the one the output keeps.
         for scope in sorted(self.graph.scopes, key=lambda s: -len(s.locator)):
             edit = self.edits.get(id(scope))
             if edit is None:
                 continue
             container = containers[scope.locator]
             _apply_edit(container, edit)
-        containers = node_lists(out)  # the rebuilt lists hold new copies of their bodies
-        _drop_dead(out, self.edits.values(), containers)
+        # An edited list's nodes have moved: a locator through it is stale, and only a walk finds
+        # the bodies below it.
+        edited = [s.locator for s in self.graph.scopes if id(s) in self.edits]
+        if any(len(k) > len(e) and k[: len(e)] == e for k in self.graph.locators for e in edited):
+            containers, plain = node_lists(out), set()
+        else:
+            containers, plain = self.graph.node_lists(out), self._plain_lists()
+        _drop_dead(out, self.edits.values(), containers, plain)
         if any(e.custom_domain for e in self.edits.values()):
             _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
             for scope in self.graph.scopes:
@@ -212,6 +218,30 @@ class Editor:
             if base is None:
                 log.warning("%s", warnings[-1])
         return out, warnings
+
+    def main_graph_ops(self) -> set[tuple[str, str]] | None:
+        """(domain, op_type) of every node the fused main graph and its bodies may hold: a superset
+        (fused-away nodes still count), or None when a fusion added a node with a body."""
+        ops = {(n.domain, n.op) for s in self.graph.scopes if s.locator[0] == "graph" for n in s.ir.nodes}
+        for scope in self.graph.scopes:
+            edit = self.edits.get(id(scope))
+            if edit is None or scope.locator[0] != "graph":
+                continue
+            for n in (n for nodes in edit.inserts.values() for n in nodes):
+                if _has_subgraph(n):
+                    return None
+                ops.add((n.domain, n.op_type))
+        return ops
+
+    def _plain_lists(self) -> set[tuple]:
+        """Locators of the node lists that hold no node with a graph attribute, fusions applied."""
+        plain = set()
+        for scope in self.graph.scopes:
+            edit = self.edits.get(id(scope))
+            added = () if edit is None else (n for nodes in edit.inserts.values() for n in nodes)
+            if not scope.nested and not any(_has_subgraph(n) for n in added):
+                plain.add(scope.locator)
+        return plain
 
     def _add_functions(self, model: onnx.ModelProto) -> list[str]:
         warnings = []
@@ -232,39 +262,54 @@ class Editor:
 
 
 def _apply_edit(container, edit: _Edit) -> None:
-    old = list(container.node)
-    new: list[onnx.NodeProto] = []
-    for i, n in enumerate(old):
-        new.extend(edit.inserts.get(i, ()))
-        if i not in edit.removed:
-            new.append(n)
-    del container.node[:]
-    container.node.extend(new)
+    """Edit the node list in place (no copy of the nodes kept): back to front, so the positions
+    still to edit stay put, each removed run goes and the new nodes take their root's place,
+    before the node that was there."""
+    nodes = container.node
+    for i in sorted(edit.removed | edit.inserts.keys(), reverse=True):
+        if i in edit.removed:
+            del nodes[i]
+        for k, n in enumerate(edit.inserts.get(i, ())):
+            nodes.insert(i + k, n)
     if isinstance(container, onnx.GraphProto):
         container.initializer.extend(edit.initializers)
         if edit.dropped_values:
-            keep = [v for v in container.value_info if v.name not in edit.dropped_values]
-            del container.value_info[:]
-            container.value_info.extend(keep)
+            _delete(container.value_info, [i for i, v in enumerate(container.value_info) if v.name in edit.dropped_values])
 
 
-def _drop_dead(model: onnx.ModelProto, edits, containers) -> None:
+def _delete(repeated, indices: list[int]) -> None:
+    """Delete the elements at ascending ``indices`` of a repeated field in place, a run at a time
+    from the back: the rest (weights, for initializers) is neither copied nor moved in Python."""
+    end = len(indices)
+    while end:
+        start = end - 1
+        while start and indices[start - 1] == indices[start] - 1:
+            start -= 1
+        del repeated[indices[start] : indices[end - 1] + 1]
+        end = start
+
+
+def _drop_dead(model: onnx.ModelProto, edits, containers, plain: Collection[tuple] = ()) -> None:
     """Remove what only the fused-away nodes read: initializers, Constant nodes, and side
-    computations (Shape -> Concat chains) that fed them.  Code that was dead before stays."""
+    computations (Shape -> Concat chains) that fed them.  Code that was dead before stays.
+    ``plain``: locators of lists known to hold no node with a graph attribute (read faster)."""
     released = [name for e in edits for name in e.released]
     if not released:
         return
-    uses: dict[str, int] = {}
+    uses: Counter[str] = Counter()
     producer: dict[str, tuple[Any, onnx.NodeProto]] = {}
-    for c in containers.values():
-        outs = c.output if isinstance(c, onnx.FunctionProto) else [o.name for o in c.output]
-        for o in outs:
-            uses[o] = uses.get(o, 0) + 1
-        for n in c.node:
-            for i in n.input:
-                uses[i] = uses.get(i, 0) + 1
-            for sub in _subgraph_inputs(n):
-                uses[sub] = uses.get(sub, 0) + 1
+    for key, c in containers.items():
+        uses.update(c.output if isinstance(c, onnx.FunctionProto) else [o.name for o in c.output])
+        nodes = list(c.node)
+        if key in plain:
+            uses.update(chain.from_iterable([n.input for n in nodes]))
+            for n in nodes:
+                for o in n.output:
+                    producer[o] = (c, n)
+            continue
+        for n in nodes:
+            uses.update(n.input)
+            uses.update(_subgraph_inputs(n))
             if not _has_subgraph(n):
                 for o in n.output:
                     producer[o] = (c, n)
@@ -291,18 +336,9 @@ def _drop_dead(model: onnx.ModelProto, edits, containers) -> None:
         c = containers[key]
         if isinstance(c, onnx.GraphProto):
             inputs = {i.name for i in c.input}
-            keep = [t for t in c.initializer if t.name not in dead_names or t.name in inputs]
-            if len(keep) != len(c.initializer):
-                del c.initializer[:]
-                c.initializer.extend(keep)
-            vis = [v for v in c.value_info if v.name not in dead_names]
-            if len(vis) != len(c.value_info):
-                del c.value_info[:]
-                c.value_info.extend(vis)
-        nodes = [n for n in c.node if id(n) not in dead_nodes]
-        if len(nodes) != len(c.node):
-            del c.node[:]
-            c.node.extend(nodes)
+            _delete(c.initializer, [i for i, t in enumerate(c.initializer) if t.name in dead_names and t.name not in inputs])
+            _delete(c.value_info, [i for i, v in enumerate(c.value_info) if v.name in dead_names])
+        _delete(c.node, [i for i, n in enumerate(c.node) if id(n) in dead_nodes])
 
 
 def _has_subgraph(n: onnx.NodeProto) -> bool:
@@ -326,14 +362,19 @@ def _import_domain(opset_import, domain: str) -> None:
         opset_import.append(helper.make_opsetid(domain, 1))
 
 
-def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto | None:
+def topologically_sorted(
+    model: onnx.ModelProto, lists: dict[tuple, Any] | None = None, ordered: Collection[tuple] = ()
+) -> onnx.ModelProto | None:
     """A copy of ``model`` with every node list in topological order, or None if it already is.
 
     onnxruntime runs graphs in any order, but the passes (and onnx.checker) take the node
     order for a topological one: a producer listed after its consumer would make a rewrite
     place nodes before what they read.  Sorting keeps the original order wherever it can.
+    ``lists``: ``node_lists(model)`` if the caller has it; ``ordered``: the locators of lists
+    the caller already knows to be in order (read from its graph view, which is cheaper).
     """
-    if all(_is_sorted(c) for c in node_lists(model).values()):
+    lists = node_lists(model) if lists is None else lists
+    if all(key in ordered or _is_sorted(c) for key, c in lists.items()):
         return None
     out = onnx.ModelProto()
     out.CopyFrom(model)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir.graph import ModelGraph, Scope
+from ..ir.view import Node
 from ..match.pattern import Alt, Match, Op, Opt, Pattern
 from .editor import Emitter, Reject
 
@@ -101,6 +102,22 @@ class Rule:
             cached = self.__dict__["_anchor_reaches"] = tuple((a, d) for a, d in pairs if d != _INF)
         return cached
 
+    def may_start_at(self, node: Node) -> bool:
+        """False where no match can bind a node below ``node``: every root option of the pattern
+        that fits ``node`` has an input that only a node binds, and no input pattern of it
+        accepts the op of a node computing an input of ``node``.  The match then binds at most
+        ``node`` itself, below any min_progress: neither a fusion nor a near-miss, so the driver
+        skips it (a sound filter, like ``reach``; most Adds of a transformer end here).
+        """
+        cached = self.__dict__.get("_starts")
+        if cached is None:
+            cached = self.__dict__["_starts"] = (_start_table(self.pattern),)
+        entries = None if cached[0] is None else cached[0].get(node.op)
+        if not entries or self.min_progress < 2:  # (a failure with the root alone has progress 1.5 at most)
+            return True
+        made_by = {p.op for t in node.inputs for p in t.inputs}
+        return any(ops is None or not ops.isdisjoint(made_by) for ops in entries)
+
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
 
@@ -125,6 +142,43 @@ def _distance(p: Pattern, signature: frozenset[str], memo: dict[int, int]) -> in
         d = _INF
     memo[id(p)] = d
     return d
+
+
+def _start_table(p: Pattern) -> dict[str, list[frozenset[str] | None]] | None:
+    """Per op type of a root option of ``p``: for each such option, the op types of the nodes
+    its input patterns can bind (None: it matches with no input bound to a node).  None when
+    a root option is no Op."""
+    table: dict[str, list[frozenset[str] | None]] = {}
+    for o in _root_options(p):
+        if not isinstance(o, Op):
+            return None
+        needs_node = any(_needs_node(q) for q in o.inputs)
+        table.setdefault(o.op_type, []).append(frozenset().union(*map(_node_ops, o.inputs)) if needs_node else None)
+    return table
+
+
+def _root_options(p: Pattern) -> list[Pattern]:
+    return [q for o in p.options for q in _root_options(o)] if isinstance(p, Alt) else [p]
+
+
+def _node_ops(p: Pattern) -> frozenset[str]:
+    """The op types of the node ``p`` can bind at its tensor (none for a Var or a Const)."""
+    if isinstance(p, Op):
+        return frozenset({p.op_type})
+    if isinstance(p, Alt):
+        return frozenset().union(*map(_node_ops, p.options))
+    if isinstance(p, Opt):
+        return _node_ops(p.inner)
+    return frozenset()
+
+
+def _needs_node(p: Pattern) -> bool:
+    """Whether ``p`` matches only by binding a node at its tensor."""
+    if isinstance(p, Op):
+        return True
+    if isinstance(p, Alt):
+        return all(_needs_node(o) for o in p.options)
+    return False  # Var, Const, Opt (absent)
 
 
 def _root_ops(p: Pattern) -> set[str]:
