@@ -53,7 +53,7 @@ OFF_BY_DEFAULT: dict[tuple[str, str], str] = {
                              "unfused transformer into one region that each plugin layer splits (H100: BERT-base fp32 "
                              "0.88x, BERT-base-width 4-layer fp16 0.78x; bench/results/trt_e2e.json)",  # fmt: skip
     ("plugin", "rmsnorm"): "our FusedRMSNorm plugin splits TensorRT's fused region like FusedLayerNorm, which made "
-                           "engines slower (BERT-base fp32 0.88x, fp16 0.78x); LLaMA fixture with RMSNorm + FC plugins "
+                           "engines slower (BERT-base fp32 0.88x, 4-layer fp16 0.78x); LLaMA fixture with RMSNorm + FC plugins "
                            "0.71x (bench/results/trt_e2e_fixtures.json)",  # fmt: skip
     ("plugin", "gemm"): "our FusedFC plugin made whole TensorRT 8.5 engines slower than TensorRT's own MatMul + bias "
                         "(+ GELU) (H100: BERT-base fp32 with LayerNorm 0.85x, 4-layer fp16 0.71x; "
