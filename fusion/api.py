@@ -36,7 +36,11 @@ def fuse(
     assume_constant_initializers: bool = False,
     passes_: Sequence[str] | None = None,
 ) -> onnx.ModelProto | gs.Graph:
-    """Fuse every supported pattern of the selected passes (default: all); returns the same kind it was given.
+    """Fuse every supported pattern of the selected passes; returns the same kind it was given.
+
+    ``passes``: None runs the target's defaults (fusion/passes/defaults.py), which for target
+    "plugin" is none: our plugins made measured TensorRT engines slower, so name the passes
+    (``passes=["layernorm", "rmsnorm", "gemm"]``) or let :func:`fusion.tune` choose.
 
     ``target``: "plugin" (this project's plugins, default), "trt" (TensorRT's shipped
     plugins) or "onnx" (standard ops).  ``functions``: attach a model-local ONNX function to

@@ -134,7 +134,9 @@ def deploy(
     ``profile``: the optimization profile(s), as :func:`fusion.build_engine` takes them (a mapping
     of input or dim names to ranges, or a list of them; required for dynamic inputs).
     ``tactic_sources``: None (TensorRT's default), [] (none) or names such as
-    ["cublas", "cublas_lt"].  ``tune``: fuse with :func:`fusion.tune` (keep what is faster).
+    ["cublas", "cublas_lt"].  ``passes``: None runs the target's default passes, which for
+    target plugin is none (fusion/passes/defaults.py): the model is then deployed unfused, and
+    a progress line says so.  ``tune``: fuse with :func:`fusion.tune` (keep what is faster).
     ``latency``: also build the original's engine and time both.  ``progress``: called with
     one line per step (default: logged at INFO).  Raises FusionError on bad input, writing
     nothing; returns a :class:`DeployResult` (``passed`` False when verification failed).
@@ -158,6 +160,11 @@ def deploy(
         else:
             say(f"fusing {src.name} for target {target}", "fuse")
             from .api import fuse_file
+            from .passes.defaults import fuses_nothing_by_default
+
+            if passes is None and fuses_nothing_by_default(target):  # (the near-misses in the report say why)
+                say(f"nothing is fused by default on target {target} (its plugins made measured engines slower): "
+                    "name --passes or use --tune; deploying the model unfused")  # fmt: skip
 
             fusion_result = fuse_file(src, fused_path, passes, target=target, functions=functions, validate=validate,
                                       assume_constant_initializers=freeze_initializers)  # fmt: skip

@@ -67,8 +67,8 @@ def deprecation_warnings(args: argparse.Namespace) -> list[str]:
 
 def add_fusion_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fusion")
-    g.add_argument("--passes", help="comma-separated passes (default: all but those the target leaves out: gemm for trt; "
-                   "see `list`)")  # fmt: skip
+    g.add_argument("--passes", help="comma-separated passes (default: those the target runs unless named: none for "
+                   "plugin, rmsnorm for trt, all but skipnorm for onnx; fusion/passes/defaults.py; see `list`)")  # fmt: skip
     g.add_argument("--target", choices=TARGETS, default="plugin", help="what fused nodes become (default: plugin)")
     g.add_argument("--no-functions", action="store_true", help="do not attach ONNX function bodies to custom ops")
     g.add_argument("--no-validate", action="store_true", help="skip onnx.checker (full) on the output")

@@ -12,6 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 FLOAT, FLOAT16, DOUBLE, BFLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16
 NP = {FLOAT: np.float32, FLOAT16: np.float16, DOUBLE: np.float64}
 
+# The passes target "plugin" ran by default until its plugins measured slower in whole TensorRT
+# engines (fusion/passes/defaults.py): with none named it now fuses nothing.  Tests of what these
+# rules do name them; tests/test_defaults.py tests the defaults themselves.
+NORM_FC_PASSES = ("layernorm", "rmsnorm", "gemm")
+NORM_FC_CLI = ("--passes", ",".join(NORM_FC_PASSES))  # the same, on the command line
+
 
 class G:
     """A graph under construction: ``g.op("Add", a, b)`` returns the output name."""

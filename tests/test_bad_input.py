@@ -28,7 +28,7 @@ from fusion.errors import (
     UnsupportedModelError,
 )
 
-from .builders import run
+from .builders import NORM_FC_CLI, NORM_FC_PASSES, run
 from .norm_models import LAYER, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,7 +208,7 @@ def test_library_raises_a_typed_error_and_leaves_nothing(case_dir, name):
     src, dst = make(case_dir)
     before = {str(p.relative_to(case_dir)) for p in case_dir.rglob("*")}
     with pytest.raises(error) as info:
-        fusion.fuse_file(src, dst)
+        fusion.fuse_file(src, dst, NORM_FC_PASSES)
     assert message in str(info.value)
     assert isinstance(info.value, FusionError) and info.value.exit_code == 2
     assert _leftovers(case_dir, before) == []
@@ -221,7 +221,7 @@ def test_cli_prints_one_line_and_exits_2(case_dir, name):
         pytest.skip(skip)
     src, dst = make(case_dir)
     before = {str(p.relative_to(case_dir)) for p in case_dir.rglob("*")}
-    r = _cli("fuse", str(src), "-o", str(dst), cwd=case_dir)
+    r = _cli("fuse", str(src), "-o", str(dst), *NORM_FC_CLI, cwd=case_dir)
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
@@ -247,7 +247,7 @@ def test_output_equal_to_input_works(tmp_path):
     src, _ = _in_place_model(tmp_path)
     want = run(_model(), _feeds())[0]
     for _ in range(2):  # the second time over an already fused model
-        assert _cli("fuse", str(src), "-o", str(src), cwd=tmp_path).returncode == 0
+        assert _cli("fuse", str(src), "-o", str(src), *NORM_FC_CLI, cwd=tmp_path).returncode == 0
         fused = onnx.load(str(src))
         assert [n.op_type for n in fused.graph.node] == ["FusedLayerNorm"]
         np.testing.assert_allclose(run(fused, _feeds())[0], want, atol=1e-5)
@@ -287,7 +287,7 @@ def test_input_intact_when_killed_while_writing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(model_io.os, "fdopen", fdopen)
     with pytest.raises(_Killed):
-        fusion.fuse_file(src, src)
+        fusion.fuse_file(src, src, NORM_FC_PASSES)
     assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == before  # temporaries removed too
 
 
@@ -305,7 +305,7 @@ def test_input_intact_when_killed_between_renames(tmp_path, monkeypatch, rename)
 
     monkeypatch.setattr(model_io.os, "replace", replace)
     with pytest.raises(_Killed):
-        fusion.fuse_file(src, src)
+        fusion.fuse_file(src, src, NORM_FC_PASSES)
     after = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
     assert {k: after[k] for k in before} == before
     assert set(after) - set(before) <= {"m.onnx.1.data"}  # the new data, renamed before the kill
@@ -328,14 +328,15 @@ def fdopen(fd, mode="r", *a, **kw):
         f.write = write
     return f
 model_io.os.fdopen = fdopen
-fusion.fuse_file(sys.argv[1], sys.argv[1])
+fusion.fuse_file(sys.argv[1], sys.argv[1], sys.argv[2].split(","))
 """
 
 
 def test_input_intact_when_sigkilled_while_writing(tmp_path):
     src, before = _in_place_model(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", _KILL_MID_WRITE, str(src)], env=env, capture_output=True, timeout=120)
+    argv = [sys.executable, "-c", _KILL_MID_WRITE, str(src), NORM_FC_CLI[1]]
+    r = subprocess.run(argv, env=env, capture_output=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
     after = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
     assert {k: after[k] for k in before} == before
@@ -348,7 +349,7 @@ def test_fusing_into_the_file_another_models_data_has_leaves_that_model_working(
     a = tmp_path / "a.onnx"
     _save_external(_model(), a, location="b.onnx.data")
     data = (tmp_path / "b.onnx.data").read_bytes()
-    fusion.fuse_file(a, tmp_path / "b.onnx")
+    fusion.fuse_file(a, tmp_path / "b.onnx", NORM_FC_PASSES)
     assert (tmp_path / "b.onnx.data").read_bytes() == data
     want = run(_model(), _feeds())[0]
     np.testing.assert_allclose(run(onnx.load(str(a)), _feeds())[0], want, atol=1e-6)
@@ -366,6 +367,6 @@ def test_every_prefix_of_a_model_is_a_typed_error_or_a_model(tmp_path):
         p = tmp_path / "t.onnx"
         p.write_bytes(data[:cut])
         try:
-            fusion.fuse_file(p, tmp_path / "o.onnx")
+            fusion.fuse_file(p, tmp_path / "o.onnx", NORM_FC_PASSES)
         except FusionError as e:
             assert e.exit_code == 2, (cut, e)

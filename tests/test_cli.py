@@ -12,6 +12,7 @@ import pytest
 
 from fusion.cli.commands import main
 
+from .builders import NORM_FC_CLI
 from .norm_models import LAYER, RMS, build
 
 
@@ -28,7 +29,7 @@ def model_path(tmp_path):
 
 def test_fuse_then_verify(model_path, tmp_path):
     out = tmp_path / "f.onnx"
-    r = _cli("fuse", str(model_path), "-o", str(out))
+    r = _cli("fuse", str(model_path), "-o", str(out), *NORM_FC_CLI)
     assert r.returncode == 0, r.stderr
     assert "fused 1 layernorm" in r.stdout
     assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["FusedLayerNorm"]
@@ -39,7 +40,7 @@ def test_fuse_then_verify(model_path, tmp_path):
 
 def test_verify_fails_with_exit_1_when_outputs_differ(model_path, tmp_path):
     fused_path = tmp_path / "f.onnx"
-    assert main(["fuse", str(model_path), "-o", str(fused_path)]) == 0
+    assert main(["fuse", str(model_path), "-o", str(fused_path), *NORM_FC_CLI]) == 0
     bad = onnx.load(str(fused_path))
     for a in bad.graph.node[0].attribute:
         if a.name == "epsilon":
@@ -105,6 +106,19 @@ def test_bad_input_is_one_line_and_exit_2(model_path, tmp_path, args, message):
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "x.onnx").exists()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_demo_names_its_passes_and_fuses_and_verifies_both_examples(tmp_path, capsys):
+    """README set-up command 1 ends with the demo: it must fuse, so it names its passes."""
+    assert main(["demo", "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "target plugin, passes named: layernorm, rmsnorm, gemm" in out
+    note = next(line for line in out.splitlines() if line.startswith("note: "))
+    assert "fuses nothing unless passes are named" in note and "slower" in note and "--tune" in note
+    assert "fused 13 gemm, 5 layernorm" in out and "fused 14 gemm, 5 rmsnorm" in out
+    assert out.count("PASSED (onnxruntime)") == 2
+    fused = [onnx.load(str(tmp_path / f"{name}.fused.onnx")) for name in ("bert_tiny", "llama_tiny")]
+    assert {"FusedLayerNorm", "FusedRMSNorm", "FusedFC"} <= {n.op_type for m in fused for n in m.graph.node}
 
 
 def test_console_script_entry_point_exists():

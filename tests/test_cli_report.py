@@ -16,6 +16,7 @@ from onnx import helper
 
 from fusion.cli import commands as cli
 
+from .builders import NORM_FC_CLI, NORM_FC_PASSES
 from .norm_models import LAYER, build
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "fusion" / "examples"
@@ -59,8 +60,9 @@ def test_in_place_report_is_built_from_the_original(bert, tmp_path, external, ca
     for p in tmp_path.glob(bert.name + "*"):
         shutil.copy(p, pristine / p.name)
     # The same fusion written elsewhere: what the in-place report must say.
-    assert cli.main(["fuse", str(bert), "-o", str(tmp_path / "other.onnx"), "--report", str(tmp_path / "want.html")]) == 0
-    assert cli.main(["fuse", str(bert), "-o", str(bert), "--report", str(tmp_path / "got.html")]) == 0
+    want_args = ["fuse", str(bert), "-o", str(tmp_path / "other.onnx"), *NORM_FC_CLI, "--report", str(tmp_path / "want.html")]
+    assert cli.main(want_args) == 0
+    assert cli.main(["fuse", str(bert), "-o", str(bert), *NORM_FC_CLI, "--report", str(tmp_path / "got.html")]) == 0
     capsys.readouterr()
     want = (tmp_path / "want.html").read_text(encoding="utf-8")
     got = (tmp_path / "got.html").read_text(encoding="utf-8")
@@ -143,7 +145,7 @@ def test_verify_extra_checks_option(tmp_path, capsys):
     model = tmp_path / "m.onnx"
     onnx.save(build(LAYER), str(model))
     out = tmp_path / "f.onnx"
-    assert cli.main(["fuse", str(model), "-o", str(out)]) == 0
+    assert cli.main(["fuse", str(model), "-o", str(out), *NORM_FC_CLI]) == 0
     capsys.readouterr()
     assert cli.main(["verify", str(model), str(out), "--extra-checks", "large mean"]) == 0
     assert "large mean" in capsys.readouterr().out
@@ -159,7 +161,7 @@ def test_html_verify_table_names_each_check_and_the_fused_models_error(tmp_path)
 
     model = tmp_path / "m.onnx"
     onnx.save(build(LAYER), str(model))
-    result = __import__("fusion").fuse_file(model, tmp_path / "f.onnx")
+    result = __import__("fusion").fuse_file(model, tmp_path / "f.onnx", NORM_FC_PASSES)
     broken = onnx.load(str(tmp_path / "f.onnx"))
     del broken.functions[:]  # a custom node without its body: onnxruntime cannot load it
     onnx.save(broken, str(tmp_path / "f.onnx"))

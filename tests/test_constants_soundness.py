@@ -23,7 +23,7 @@ from onnx import helper
 
 import fusion
 
-from .builders import FLOAT, G, run
+from .builders import FLOAT, NORM_FC_CLI, NORM_FC_PASSES, G, run
 
 D, N, K = 16, 12, 8
 OPT_IN = "assume_constant_initializers=True"
@@ -340,7 +340,7 @@ def test_frozen_model_keeps_initializers_still_read(tmp_path):
     model = expose(norm_model(), ["eps", "gamma", "beta"])
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(model, str(src))
-    result = fusion.fuse_file(src, dst, assume_constant_initializers=True)
+    result = fusion.fuse_file(src, dst, NORM_FC_PASSES, assume_constant_initializers=True)
     out = onnx.load(str(dst))
     assert result.counts() == {"layernorm": 1}
     assert [i.name for i in out.graph.input] == ["x"]
@@ -353,9 +353,9 @@ def test_same_keyword_on_every_entry_point():
     model = expose(norm_model(), ["eps"])
     for kw in ({}, {"assume_constant_initializers": True}):
         n = 1 if kw else 0
-        assert len(fusion.inspect(model, **kw).fusions) == n
-        assert len(fusion.run(model, **kw).fusions) == n
-        assert (fusion.fuse(model, **kw) is model) == (not kw)
+        assert len(fusion.inspect(model, NORM_FC_PASSES, **kw).fusions) == n
+        assert len(fusion.run(model, NORM_FC_PASSES, **kw).fusions) == n
+        assert (fusion.fuse(model, NORM_FC_PASSES, **kw) is model) == (not kw)
         assert (fusion.fuse_layernorm(model, **kw) is model) == (not kw)
     gemm = expose(fc_model(), ["W"])
     assert fusion.run(gemm, ["gemm"], target="trt").counts() == {}
@@ -368,9 +368,9 @@ def test_cli_freeze_initializers(tmp_path):
 
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(expose(norm_model(), ["eps"]), str(src))
-    assert main(["fuse", str(src), "-o", str(dst)]) == 0
+    assert main(["fuse", str(src), "-o", str(dst), *NORM_FC_CLI]) == 0
     assert not any(n.op_type == "FusedLayerNorm" for n in onnx.load(str(dst)).graph.node)
-    assert main(["fuse", str(src), "-o", str(dst), "--freeze-initializers"]) == 0
+    assert main(["fuse", str(src), "-o", str(dst), *NORM_FC_CLI, "--freeze-initializers"]) == 0
     out = onnx.load(str(dst))
     assert [n.op_type for n in out.graph.node] == ["FusedLayerNorm"]
     assert has_no_initializer_inputs(out)

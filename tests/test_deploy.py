@@ -24,6 +24,7 @@ from fusion.trt import build as ftrt
 from fusion.errors import EngineBuildError, FusionError
 from tests import trt_fake
 
+from .builders import NORM_FC_CLI, NORM_FC_PASSES
 from .norm_models import LAYER, build
 
 PROFILE = ["B=1,2,4", "S=1,4,8"]
@@ -254,7 +255,8 @@ def test_tensorrts_own_library_error_names_the_library(fake_trt, model):
 
 def test_deploy_writes_the_model_engine_report_and_summary(engine_on_ort, model, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = cli.main(["deploy", str(model), "-o", str(out), "--profile", *PROFILE, "--tactic-sources", "cublas,cublas_lt"])
+    rc = cli.main(["deploy", str(model), "-o", str(out), *NORM_FC_CLI, "--profile", *PROFILE, "--tactic-sources",
+                   "cublas,cublas_lt"])  # fmt: skip
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert sorted(p.name for p in out.iterdir()) == ["m.deploy.json", "m.fused.engine", "m.fused.onnx", "m.report.html"]
@@ -281,12 +283,32 @@ def test_deploy_writes_the_model_engine_report_and_summary(engine_on_ort, model,
     assert all(line.startswith("[") and "s] " in line for line in progress), progress
     assert any("building the fused engine" in line for line in progress)
     assert any("timed: min 2.00x" in line for line in progress)
+    assert not any("nothing is fused by default" in line for line in progress)  # passes named
+
+
+def test_deploy_without_passes_says_the_plugin_target_fuses_nothing_and_deploys_unfused(engine_on_ort, model, tmp_path,
+                                                                                        capsys):  # fmt: skip
+    out = tmp_path / "out"
+    rc = cli.main(["deploy", str(model), "-o", str(out), "--profile", *PROFILE, "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    said = [line for line in captured.err.splitlines() if "fused by default" in line]
+    assert len(said) == 1 and said[0].startswith("[") and "nothing is fused by default on target plugin" in said[0]
+    assert "name --passes or use --tune" in said[0]
+    summary = json.loads(captured.out)
+    assert summary["passed"] is True and summary["fusions"] == {} and summary["near_misses"] == 1
+    unfused = [n.op_type for n in onnx.load(str(out / "m.fused.onnx")).graph.node]
+    assert unfused == [n.op_type for n in onnx.load(str(model)).graph.node]
+    assert "off by default for target plugin" in (out / "m.report.html").read_text()
+    # target trt fuses RMSNorm by default: no such line
+    rc = cli.main(["deploy", str(model), "-o", str(tmp_path / "trt"), "--target", "trt", "--profile", *PROFILE])
+    assert rc == 0 and "fused by default" not in capsys.readouterr().err
 
 
 def test_deploy_as_a_python_function(engine_on_ort, model, tmp_path):
     said: list[str] = []
-    res = fusion.deploy(model, tmp_path / "out", profile={"B": (1, 2, 4), "S": (1, 4, 8)}, latency=False,
-                        progress=said.append)  # fmt: skip
+    res = fusion.deploy(model, tmp_path / "out", profile={"B": (1, 2, 4), "S": (1, 4, 8)}, passes=NORM_FC_PASSES,
+                        latency=False, progress=said.append)  # fmt: skip
     assert isinstance(res, fusion.DeployResult) and res.passed
     assert res.files["engine"] == tmp_path / "out" / "m.fused.engine" and res.files["engine"].is_file()
     assert res.check.latency is None and len(engine_on_ort.calls["profiles"]) == 1  # no unfused engine
@@ -311,7 +333,7 @@ def test_failing_verification_exits_1_and_still_writes_the_report(engine_on_ort,
 
     monkeypatch.setattr(api, "fuse_file", wrong_epsilon)
     out = tmp_path / "out"
-    rc = cli.main(["deploy", str(model), "-o", str(out), "--profile", *PROFILE, "--json"])
+    rc = cli.main(["deploy", str(model), "-o", str(out), *NORM_FC_CLI, "--profile", *PROFILE, "--json"])
     assert rc == 1
     summary = json.loads(capsys.readouterr().out)
     assert summary["passed"] is False and json.loads((out / "m.deploy.json").read_text())["passed"] is False
@@ -372,7 +394,8 @@ def test_deploy_into_an_existing_folder_replaces_only_its_own_files(engine_on_or
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     (out / "m.fused.engine").write_bytes(b"old engine")
-    res = fusion.deploy(model, out, profile={"B": (1, 2, 4), "S": (1, 4, 8)}, latency=False, progress=lambda m: None)
+    res = fusion.deploy(model, out, profile={"B": (1, 2, 4), "S": (1, 4, 8)}, passes=NORM_FC_PASSES, latency=False,
+                        progress=lambda m: None)  # fmt: skip
     assert res.passed and (out / "keep.txt").read_text() == "mine"
     assert (out / "m.fused.engine").read_bytes().startswith(b"ENGINE:")
     assert _leftovers(tmp_path) == []

@@ -19,7 +19,7 @@ import fusion
 from fusion.rewrite import functions, specs
 from fusion.passes import driver as passes
 
-from .builders import DOUBLE, FLOAT, FLOAT16, NP, G, count, reduce_mean, run
+from .builders import DOUBLE, FLOAT, FLOAT16, NORM_FC_PASSES, NP, G, count, reduce_mean, run
 from .norm_models import FP16_LLAMA, FP16_TORCH, LAYER, RMS, build, feeds
 
 
@@ -339,7 +339,7 @@ def test_fuse_path_raises_when_the_output_fails_the_checker(tmp_path, monkeypatc
     onnx.save(_ln_model(), str(path))
     _break_fused_models(monkeypatch)
     with pytest.raises(passes.InternalError, match="injected failure"):
-        fusion.fuse(str(path))
+        fusion.fuse(str(path), NORM_FC_PASSES)
 
 
 def test_fuse_inplace_raises_and_leaves_the_proto_intact(monkeypatch):
@@ -347,13 +347,13 @@ def test_fuse_inplace_raises_and_leaves_the_proto_intact(monkeypatch):
     before = model.SerializeToString()
     _break_fused_models(monkeypatch)
     with pytest.raises(passes.InternalError, match="injected failure"):
-        fusion.fuse(model, inplace=True)
+        fusion.fuse(model, NORM_FC_PASSES, inplace=True)
     assert model.SerializeToString() == before
 
 
 def test_fuse_inplace_still_edits_in_place():
     model = _ln_model()
-    fused = fusion.fuse(model, inplace=True)
+    fused = fusion.fuse(model, NORM_FC_PASSES, inplace=True)
     assert fused is model and count(model, "FusedLayerNorm") == 1
 
 

@@ -92,8 +92,9 @@ def _sample_models(n: int) -> list[bytes]:
 _DIGESTS = """
 import hashlib, sys
 import onnx, fusion
+from tests.builders import NORM_FC_PASSES
 for path in sys.argv[1:]:
-    fused = fusion.run(onnx.load(path)).model
+    fused = fusion.run(onnx.load(path), NORM_FC_PASSES).model
     print(hashlib.sha256(fused.SerializeToString()).hexdigest())
 """
 

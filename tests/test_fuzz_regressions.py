@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 import fusion
 from fusion.ir.graph import node_lists
 
-from .builders import DOUBLE, FLOAT, FLOAT16, G, reduce_mean, run
+from .builders import DOUBLE, FLOAT, FLOAT16, NORM_FC_CLI, NORM_FC_PASSES, G, reduce_mean, run
 from .test_scopes import _ln_nodes
 
 
@@ -141,7 +141,7 @@ def test_cli_fuses_a_function_body_without_functions(tmp_path, functions):
 
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(_function_model(), str(src))
-    args = ["fuse", str(src), "-o", str(dst)] + ([] if functions else ["--no-functions"])
+    args = ["fuse", str(src), "-o", str(dst), *NORM_FC_CLI] + ([] if functions else ["--no-functions"])
     assert main(args) == 0
     assert onnx.load(str(dst)).functions[0].node[-1].op_type == "FusedLayerNorm"
 
@@ -164,9 +164,9 @@ def test_a_cast_feeding_a_fused_node_is_not_the_end_of_another_chain():
     g.output(y, FLOAT16, ["B", 16])
     model = g.model()
 
-    once = fusion.run(model)
+    once = fusion.run(model, NORM_FC_PASSES)
     assert once.counts() == {"layernorm": 1}
-    again = fusion.run(once.model)
+    again = fusion.run(once.model, NORM_FC_PASSES)
     assert not again.fusions, [f.root for f in again.fusions]
     assert any("feeds fused node" in m.reason and "it belongs to that fusion" in m.reason for m in again.near_misses), again.near_misses
     assert again.model.SerializeToString() == once.model.SerializeToString()

@@ -15,7 +15,7 @@ import fusion
 from fusion.rewrite import specs
 from fusion.compare.verify import verify  # fusion.verify is the submodule once that is imported
 
-from .builders import FLOAT, FLOAT16, NP, G, count, max_error, run
+from .builders import FLOAT, FLOAT16, NORM_FC_PASSES, NP, G, count, max_error, run
 
 DOUBLE = TensorProto.DOUBLE
 TOL = {FLOAT: 1e-4, FLOAT16: 2e-2, DOUBLE: 1e-6}
@@ -592,7 +592,7 @@ def test_gemm_inside_if_branch_is_fused():
 
 def test_fuse_all_passes_and_cli(tmp_path):
     model = build(BASE.with_(act="relu"))
-    assert count(fusion.fuse(model), "FusedFC") == 1
+    assert count(fusion.fuse(model, NORM_FC_PASSES), "FusedFC") == 1
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(model, str(src))
     from fusion.cli.commands import main

@@ -15,7 +15,7 @@ from fusion.cli import commands as cli
 from fusion.report import html as html_report
 from fusion.report.svg import Box, layered_svg
 
-from .builders import FLOAT
+from .builders import FLOAT, NORM_FC_CLI, NORM_FC_PASSES
 from .norm_models import LAYER, build
 from .test_scopes import _if_model
 
@@ -45,7 +45,7 @@ def svgs_parse(text: str) -> int:
 def bert_report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     src, dst, out = EXAMPLES / "bert_tiny.onnx", tmp / "fused.onnx", tmp / "report.html"
-    result = fusion.fuse_file(src, dst)
+    result = fusion.fuse_file(src, dst, NORM_FC_PASSES)
     html_report.write_report(src, dst, result, out)
     return result, out.read_text(encoding="utf-8")
 
@@ -85,10 +85,10 @@ def test_verify_table_and_near_misses(bert_report):
 
 def test_cli_report_and_dry_run(tmp_path, capsys):
     src = str(EXAMPLES / "llama_tiny.onnx")
-    assert cli.main(["fuse", src, "-o", str(tmp_path / "f.onnx"), "--report", str(tmp_path / "r.html")]) == 0
+    assert cli.main(["fuse", src, "-o", str(tmp_path / "f.onnx"), *NORM_FC_CLI, "--report", str(tmp_path / "r.html")]) == 0
     text = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert len(sections(text)) == 19 and "FusedRMSNorm" in text and "PASSED" in text
-    assert cli.main(["fuse", src, "--dry-run", "--report", str(tmp_path / "d.html")]) == 0
+    assert cli.main(["fuse", src, "--dry-run", *NORM_FC_CLI, "--report", str(tmp_path / "d.html")]) == 0
     dry = (tmp_path / "d.html").read_text(encoding="utf-8")
     assert len(sections(dry)) == 19
     assert "Not run: dry run" in dry
@@ -97,7 +97,7 @@ def test_cli_report_and_dry_run(tmp_path, capsys):
 
 def test_verify_failure_is_reported_not_raised(tmp_path, monkeypatch):
     src, dst = EXAMPLES / "bert_tiny.onnx", tmp_path / "fused.onnx"
-    result = fusion.fuse_file(src, dst)
+    result = fusion.fuse_file(src, dst, NORM_FC_PASSES)
 
     def broken(*args, **kwargs):
         raise RuntimeError("no runtime here")
@@ -114,7 +114,7 @@ def test_unnamed_nodes_are_found_by_walking_back(tmp_path):
         n.name = ""
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(model, src)
-    result = fusion.fuse_file(src, dst)
+    result = fusion.fuse_file(src, dst, NORM_FC_PASSES)
     assert result.counts() == {"layernorm": 1}
     text = html_report.render_report(src, dst, result)
     (sec,) = sections(text)
@@ -141,7 +141,7 @@ def test_nothing_fused(tmp_path):
     )
     src, dst = tmp_path / "m.onnx", tmp_path / "f.onnx"
     onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 13)]), src)
-    result = fusion.fuse_file(src, dst)
+    result = fusion.fuse_file(src, dst, NORM_FC_PASSES)
     text = html_report.render_report(src, dst, result)
     assert "Nothing fused." in text and not sections(text)
 
@@ -167,7 +167,7 @@ def test_moved_reshape_and_casts(tmp_path):
     """GPT-2 in fp16: LayerNorms with Casts inside, FC + tanh-GELU read through a Reshape."""
     src = Path(__file__).resolve().parent / "fixtures" / "models" / "gpt2_legacy_op13_fp16.onnx"
     dst = tmp_path / "f.onnx"
-    result = fusion.fuse_file(src, dst)
+    result = fusion.fuse_file(src, dst, NORM_FC_PASSES)
     text = html_report.render_report(src, dst, result)
     secs = sections(text)
     assert len(secs) == len(result.fusions)

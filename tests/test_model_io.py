@@ -12,7 +12,7 @@ import fusion
 from fusion.ir import model_io
 from fusion.errors import InvalidGraphError, ModelLoadError, OutputError, UnsupportedModelError
 
-from .builders import run
+from .builders import NORM_FC_PASSES, run
 from .norm_models import LAYER, build, feeds
 
 
@@ -31,7 +31,7 @@ def test_external_data_is_streamed_to_the_output(tmp_path):
     _save_external(model, src)
     dst = tmp_path / "out" / "fused.onnx"
     dst.parent.mkdir()
-    result = fusion.fuse_file(src, dst)
+    result = fusion.fuse_file(src, dst, NORM_FC_PASSES)
     assert result.counts() == {"layernorm": 1}
     assert (tmp_path / "out" / "fused.onnx.data").exists()
     fused = onnx.load(str(dst))
@@ -45,7 +45,7 @@ def test_external_data_is_streamed_to_the_output(tmp_path):
 def test_fusing_in_place_is_atomic_and_works(tmp_path):
     src = tmp_path / "m.onnx"
     _save_external(build(LAYER), src)
-    fusion.fuse_file(src, src)
+    fusion.fuse_file(src, src, NORM_FC_PASSES)
     fused = onnx.load(str(src))
     assert [n.op_type for n in fused.graph.node] == ["FusedLayerNorm"]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]

@@ -22,7 +22,7 @@ from onnx import TensorProto
 import fusion
 from fusion.ir import model_io
 
-from .builders import run
+from .builders import NORM_FC_CLI, NORM_FC_PASSES, run
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -67,7 +67,7 @@ def test_external_weights_beyond_the_limit_are_streamed_to_the_output(tmp_path, 
     assert total > model_io.PROTOBUF_LIMIT  # "bigger than protobuf can hold"
     out = tmp_path / "out" / "fused.onnx"
     out.parent.mkdir()
-    result = fusion.fuse_file(src / "model.onnx", out)
+    result = fusion.fuse_file(src / "model.onnx", out, NORM_FC_PASSES)
     assert result.counts() == {"layernorm": 2, "gemm": 4}
     raw = onnx.load(str(out), load_external_data=False)
     assert out.stat().st_size < 1 << 20  # the weights are not in the model file
@@ -115,7 +115,7 @@ def test_in_memory_model_beyond_the_limit_is_written_with_external_data(tmp_path
     """The ModelProto itself is over the limit (weights embedded): its big tensors move out."""
     model = stack(2, 256, Weights(None))  # everything embedded
     assert model.ByteSize() > model_io.PROTOBUF_LIMIT
-    fused = fusion.fuse(model)
+    fused = fusion.fuse(model, NORM_FC_PASSES)
     out = tmp_path / "fused.onnx"
     model_io.save(fused, out)
     raw = onnx.load(str(out), load_external_data=False)
@@ -138,7 +138,7 @@ def test_cli_writes_over_its_input_beyond_the_limit(tmp_path, small_limits):
     (tmp_path / "weights.bin").rename(tmp_path / "model.onnx.data")
     model.write_bytes(raw.SerializeToString())
     want = run(onnx.load(str(model)), _feeds())[0]
-    result = fusion.fuse_file(model, model)
+    result = fusion.fuse_file(model, model, NORM_FC_PASSES)
     assert result.counts() == {"layernorm": 2, "gemm": 4}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.1.data"]
     np.testing.assert_allclose(run(onnx.load(str(model)), _feeds())[0], want, atol=1e-4)
@@ -160,7 +160,7 @@ def test_model_over_2_gib_fuses_through_the_cli(tmp_path):
     total = (src / "weights.bin").stat().st_size
     assert total > 2**31
     out = tmp_path / "fused.onnx"
-    r = cli_peak(["fuse", str(src / "model.onnx"), "-o", str(out), "--json"])
+    r = cli_peak(["fuse", str(src / "model.onnx"), "-o", str(out), *NORM_FC_CLI, "--json"])
     assert r["rc"] == 0, r["stderr"]
     assert len(json.loads(r["stdout"])["fusions"]) == 5 * 3
     assert r["peak_rss_mib"] < 512  # the weights were streamed, not loaded

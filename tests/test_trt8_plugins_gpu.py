@@ -63,7 +63,7 @@ def models(tmp_path_factory) -> Path:
             name = bench.case_name(kind, act, dtype)
             orig = bench.decomposed_model(kind, act, dtype)
             onnx.save(orig, str(out / f"{name}.orig.onnx"))
-            onnx.save(fusion.fuse(orig, target="plugin"), str(out / f"{name}.fused.onnx"))
+            onnx.save(fusion.fuse(orig, bench.PASSES, target="plugin"), str(out / f"{name}.fused.onnx"))
     return out
 
 

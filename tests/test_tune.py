@@ -14,6 +14,7 @@ import fusion
 from fusion.cli import commands as cli
 from fusion.passes import text as report
 from fusion import tuning
+from fusion.passes import defaults
 from fusion.errors import FusionError
 from fusion.trt.timing import Timing
 
@@ -77,9 +78,12 @@ def test_tune_keeps_what_wins_and_drops_what_loses_with_the_reason(fake_bench):
     fused, record = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE)
     by_name = {m.name: m for m in record.measurements}
     # every build, in order: baseline, each pass alone, gemm's groups, the winners together
-    assert fake_bench.instances[0].built == ["unfused", "layernorm", "gemm", "gemm[act]", "gemm[plain]",
+    assert fake_bench.instances[0].built == ["unfused", "skipnorm", "layernorm", "gemm", "gemm[act]", "gemm[plain]",
                                              "layernorm+gemm[act]"]
     assert by_name["rmsnorm"].decision == "skipped" and by_name["rmsnorm"].reason == "nothing to fuse"
+    # (a skip norm costs nothing here: no faster, so dropped)
+    skip = by_name["skipnorm"]
+    assert skip.decision == "dropped" and skip.reason == "within the noise margin (1.000x, need >= 1.03x)"
     assert by_name["layernorm"].decision == "kept" and by_name["layernorm"].score == pytest.approx(10 / 9)
     gemm = by_name["gemm"]
     assert gemm.decision == "dropped" and gemm.reason == "slower (geomean 0.952x, worst shape 0.952x)"
@@ -103,7 +107,7 @@ def test_tune_fc_slower_ln_faster_without_groups(fake_bench, monkeypatch):
     by_name = {m.name: m for m in res.record.measurements}
     assert by_name["gemm"].decision == "dropped" and "slower" in by_name["gemm"].reason
     assert by_name["layernorm"].decision == "final" and res.record.kept == ["layernorm"]
-    assert fake_bench.instances[0].built == ["unfused", "layernorm", "gemm"]  # one winner: no combination build
+    assert fake_bench.instances[0].built == ["unfused", "skipnorm", "layernorm", "gemm"]  # one winner: no combination build
     assert "FusedFC" not in {n.op_type for n in res.model.graph.node}
     miss = {m.reason for m in res.result.near_misses if m.reason.startswith("left unfused")}
     assert miss == {"left unfused by tuning: gemm alone measured 0.885x at min, 0.885x at opt, 0.885x at max"}
@@ -147,27 +151,34 @@ def test_tune_failed_build_is_recorded_and_dropped(fake_bench, monkeypatch):
 def test_tune_record_in_text_and_json(fake_bench):
     res = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE)
     d = json.loads(report.to_json(res.result))["tuning"]
-    assert d["kept"] == ["layernorm", "gemm[act]"] and d["engine_builds"] == 6 and d["build_s"] == 60 + 5 * 50
-    # One "skipped" row per pass not tried on this target (skipnorm, groupnorm: their kernels have not
-    # run on a GPU yet) and per pass with nothing to fuse in BERT-tiny (rmsnorm), then the builds.
-    assert [m["decision"] for m in d["measurements"]] == ["skipped", "skipped", "skipped", "baseline", "kept", "dropped",
+    assert d["kept"] == ["layernorm", "gemm[act]"] and d["engine_builds"] == 7 and d["build_s"] == 60 + 6 * 50
+    # One "skipped" row per pass with nothing to fuse in BERT-tiny (rmsnorm, groupnorm), then the
+    # builds: baseline, skipnorm, layernorm, gemm, its two groups, the winners together.
+    assert [m["decision"] for m in d["measurements"]] == ["skipped", "skipped", "baseline", "dropped", "kept", "dropped",
                                                           "kept", "dropped", "final"]  # fmt: skip
     text = report.text(res.result)
-    assert "tuning (plugin, fp32, margin 3%): kept layernorm, gemm[act]; 6 engine builds" in text
+    assert "tuning (plugin, fp32, margin 3%): kept layernorm, gemm[act]; 7 engine builds" in text
     assert "gemm[plain]" in text and "slower (geomean 0.901x, worst shape 0.901x)" in text
 
 
-def test_tune_leaves_unverified_kernels_untried_unless_named(fake_bench):
+def test_tune_leaves_unverified_kernels_untried_unless_named(fake_bench, monkeypatch):
     """Tuning times engines, it does not check their results: a pass off by default because its
-    kernels have not run on a GPU (skipnorm on the plugin target) is not tried unless named."""
+    kernels have not run on a GPU (defaults.UNVERIFIED) is not tried unless named.  No pass is
+    unverified now, so skipnorm on the plugin target stands in for one."""
+    res = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE)
+    rows = {m.name: m for m in res.result.tuning.measurements}
+    assert rows["skipnorm"].decision == "dropped" and rows["skipnorm"].speedups  # tried: built and timed
+    unverified = frozenset({("plugin", "skipnorm")})
+    monkeypatch.setattr(defaults, "UNVERIFIED", unverified)
+    monkeypatch.setattr(tuning, "UNVERIFIED", unverified)  # (tuning imported the name)
     res = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE)
     rows = {m.name: m for m in res.result.tuning.measurements}
     assert rows["skipnorm"].decision == "skipped" and "not tried: off by default for target plugin" in rows["skipnorm"].reason
+    assert rows["groupnorm"].reason == "nothing to fuse"  # only what is listed stays untried
     assert "skiplayernorm" not in res.result.counts()
     named = fusion.tune(BERT_TINY, target="plugin", profile=PROFILE, passes=["skipnorm", "layernorm"])
     rows = {m.name: m for m in named.result.tuning.measurements}
-    # Named, it is tried: the dry run finds nothing it fuses here (BERT-tiny's shapes are unknown).
-    assert rows["skipnorm"].decision == "skipped" and rows["skipnorm"].reason == "nothing to fuse"
+    assert rows["skipnorm"].decision == "dropped" and rows["skipnorm"].speedups  # named, it is tried
 
 
 def test_tune_bad_arguments():

@@ -117,23 +117,36 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if rep.passed else 1
 
 
+# The demo names its passes: with none named the plugin target fuses nothing (fusion/passes/defaults.py).
+DEMO_PASSES = ("layernorm", "rmsnorm", "gemm")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Fuse the embedded example models, verify them, and say where the results are."""
     from importlib import resources
 
     from .. import api
     from ..passes import text as report
+    from ..passes.defaults import fuses_nothing_by_default, off_reason
     from ..compare.verify import verify
 
     out_dir = Path(args.output or "fusion-demo")
     out_dir.mkdir(parents=True, exist_ok=True)
     examples = resources.files("fusion") / "examples"
+    passes = list(DEMO_PASSES)
+    print(f"target {args.target}, passes named: {', '.join(passes)}")
+    off = [p for p in passes if off_reason(args.target, p)]
+    if off:
+        left = "fuses nothing" if fuses_nothing_by_default(args.target) else f"leaves {', '.join(off)} out"
+        print(f"note: target {args.target} {left} unless passes are named: whole TensorRT engines measured slower "
+              "with these plugins (fusion/passes/defaults.py); `python -m fusion fuse MODEL -o OUT --tune --profile "
+              "...` keeps only the fusions that make a model's engine faster")  # fmt: skip
     ok = True
     for name in ("bert_tiny", "llama_tiny"):
         with resources.as_file(examples / f"{name}.onnx") as src:
             dst = out_dir / f"{name}.fused.onnx"
             print(f"== {name}: {src.name} -> {dst}")
-            result = api.fuse_file(src, dst, target=args.target)
+            result = api.fuse_file(src, dst, passes, target=args.target)
             print(report.text(result))
             rep = verify(src, dst)
             print(rep.table())

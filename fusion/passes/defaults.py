@@ -83,6 +83,19 @@ def default_passes(target: str, all_passes: Iterable[str]) -> list[str]:
     return [p for p in all_passes if (target, p) not in OFF_BY_DEFAULT]
 
 
+def fuses_nothing_by_default(target: str) -> bool:
+    """Whether ``target`` leaves every registered pass out unless passes are named (plugin does)."""
+    from ..patterns import RULES
+
+    return not default_passes(target, {r.pass_name for r in RULES})
+
+
+class OffReject(Reject):
+    """The match passed every check: only the target's defaults leave it unfused."""
+
+    would_fuse = True  # the driver reports it before a longer alternative's reason
+
+
 class OffByDefault(Rule):
     """A rule the target leaves out by default: it still matches and checks, so each subgraph it
     would fuse becomes a near-miss that says why and how to opt in."""
@@ -96,8 +109,8 @@ class OffByDefault(Rule):
 
     def check(self, m: Any, ctx: Any) -> Any:
         self.inner.check(m, ctx)  # a subgraph that would not fuse anyway says its own reason
-        raise Reject(f"off by default for target {ctx.target}: {self.reason}; name the pass to fuse it "
-                     f"(passes=[..., {self.pass_name!r}] / --passes ...,{self.pass_name})")  # fmt: skip
+        raise OffReject(f"off by default for target {ctx.target}: {self.reason}; name the pass to fuse it "
+                        f"(passes=[..., {self.pass_name!r}] / --passes ...,{self.pass_name})")  # fmt: skip
 
     def exported(self, m: Any) -> frozenset[int]:
         return self.inner.exported(m)

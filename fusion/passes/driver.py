@@ -52,6 +52,7 @@ class NearMiss:
     reason: str
     progress: int = 0
     nodes: tuple = ()  # ids of the nodes the failed match had bound (for de-duplication)
+    would_fuse: bool = False  # it passed every check: only the target's defaults leave it out
 
 
 @dataclass
@@ -224,6 +225,7 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
     matcher = Matcher(ctx.graph, claimed)
     best: Failure | None = None
     best_nodes: tuple = ()
+    best_fuses = False  # the best failure is a match that would fuse but for the target's defaults
     for i, m in enumerate(matcher.match(rule.pattern, root)):
         if i >= MAX_MATCHES_PER_ROOT:
             break
@@ -234,9 +236,12 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
             rule.rewrite(desc, em, ctx)
         except Reject as r:
             # A structural match that fails a check is further along than any structural failure.
+            # A shorter match that would fuse but for the target's defaults (defaults.OffReject)
+            # goes first: a longer alternative's reason would hide that naming the pass fuses it.
             failure = Failure(1000 + len(m.all_nodes), str(r))
-            if best is None or failure.progress > best.progress:
-                best, best_nodes = failure, tuple(m.all_nodes)
+            fuses = getattr(r, "would_fuse", False)
+            if best is None or (fuses, failure.progress) > (best_fuses, best.progress):
+                best, best_nodes, best_fuses = failure, tuple(m.all_nodes), fuses
             continue
         editor.commit(ctx.scope, removed, root, em)
         claimed.update(id(n) for n in removed)
@@ -258,7 +263,7 @@ def _try(rule: Rule, root: Node, ctx: Context, editor: Editor, claimed: set[int]
     if rule.signature and not any(n.op in rule.signature for n in best_nodes):
         return None  # never got to what makes this pattern itself: not a near-miss
     ids = tuple(id(n) for n in best_nodes)
-    return NearMiss(rule.name, ctx.scope.path, root.name or root.op, best.reason, best.progress, ids)
+    return NearMiss(rule.name, ctx.scope.path, root.name or root.op, best.reason, best.progress, ids, best_fuses)
 
 
 def _contained(m: Match, scope: Scope, exported: frozenset[int] = frozenset()) -> list[Node]:
@@ -311,13 +316,16 @@ def _dedupe(misses: list[NearMiss], claimed: set[int]) -> list[NearMiss]:
     """One near-miss per chain: drop those rooted inside a fusion or inside a further-along miss.
 
     A miss whose root stayed unfused while part of its chain did fuse is kept: it says why
-    the fusion stopped short (a γ that does not broadcast, say).
+    the fusion stopped short (a γ that does not broadcast, say).  A miss that would fuse but for
+    the target's defaults counts as the fusion it would be: misses rooted inside it go too.
     """
     kept: list[NearMiss] = []
-    for m in sorted(misses, key=lambda m: -m.progress):
+    for m in sorted(misses, key=lambda m: (not m.would_fuse, -m.progress)):
         if m.nodes and m.nodes[0] in claimed:
             continue
         if any(set(m.nodes) <= set(k.nodes) for k in kept):
+            continue
+        if m.nodes and any(k.would_fuse and m.nodes[0] in k.nodes for k in kept):
             continue
         kept.append(m)
     order = {id(m): i for i, m in enumerate(misses)}

@@ -49,7 +49,7 @@ def to_dict(result: PassResult) -> dict[str, Any]:
         "seconds": round(result.seconds, 4),
         "counts": result.counts(),
         "fusions": [vars(f) for f in result.fusions],
-        "near_misses": [{k: v for k, v in vars(m).items() if k != "nodes"} for m in result.near_misses],
+        "near_misses": [{k: v for k, v in vars(m).items() if k not in ("nodes", "would_fuse")} for m in result.near_misses],
         "warnings": result.warnings,
         **({"tuning": result.tuning.to_dict()} if getattr(result, "tuning", None) is not None else {}),
     }

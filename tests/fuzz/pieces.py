@@ -60,6 +60,9 @@ from .builder import (
 
 SQRT2 = 1.4142135
 CORE, POST, CONST, OUTSIDE = "core", "post", "const", "outside"
+# Computed from constants only: read elsewhere, the fusion folds its own copy (the gemm rule's
+# weight chain, issue 13) and the node stays for that reader.
+FOLDED = "folded"
 
 
 @dataclass(frozen=True)
@@ -588,7 +591,7 @@ class FC:
         else:
             w = role(c.const(stored, node=self.w_node, hint="w"), stored.shape, CONST)
         if self.w_transpose:
-            w = role(c.op("Transpose", w, perm=[1, 0]), stored.shape[::-1], CORE)
+            w = role(c.op("Transpose", w, perm=[1, 0]), stored.shape[::-1], CORE if self.trap == "weight_input" else FOLDED)
 
         b_vals = (rng.standard_normal(n) * 0.2).astype(np_t)
         xin, lead = x.name, x.shape[:-1]

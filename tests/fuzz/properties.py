@@ -13,6 +13,8 @@ For a :class:`~tests.fuzz.spec.Case`:
    same bytes (determinism);
 5. (a quarter of the examples) fusing without function bodies gives the same fusions (but
    for those refused only for want of a body: ``Case.bare``) and validates.
+
+Every run names the passes (``NORM_FC_PASSES``): with none named the plugin target fuses nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import fusion
 from fusion.rewrite import specs
 from fusion.ir.graph import node_lists
 
+from ..builders import NORM_FC_PASSES
 from .builder import DOUBLE, FLOAT, FLOAT16, Feed
 from .spec import Case
 
@@ -92,7 +95,7 @@ def check(case: Case) -> fusion.PassResult:
     except Exception as e:
         raise GeneratorBug(f"the generated model is invalid: {e}") from e
 
-    result = fusion.run(model)
+    result = fusion.run(model, NORM_FC_PASSES)
     assert model.SerializeToString() == before, "fusing modified the input model"
     assert result.counts() == case.expected, f"expected {case.expected}\n{_explain(result)}"
     fused = result.model
@@ -113,15 +116,15 @@ def check(case: Case) -> fusion.PassResult:
         got = _run(fused_bytes, feeds)
         _compare(case, model, want, got, feeds, result)
 
-    again = fusion.run(fused)
+    again = fusion.run(fused, NORM_FC_PASSES)
     assert not again.modified and not again.fusions, _explain(again)
     assert again.model.SerializeToString() == fused_bytes, "fusing twice differs from fusing once"
-    second = fusion.run(onnx.load_from_string(before), validate=False)
+    second = fusion.run(onnx.load_from_string(before), NORM_FC_PASSES, validate=False)
     assert second.model.SerializeToString() == fused_bytes, "two runs gave different bytes"
     if case.seed % 4 == 0:  # (a quarter of the examples: it costs a whole fusion again)
         # Without function bodies (--no-functions): the same fusions, but for those refused only
         # because no body could serve them; and it still validates.
-        bare = fusion.run(model, functions=False)
+        bare = fusion.run(model, NORM_FC_PASSES, functions=False)
         assert bare.counts() == (case.expected if case.bare is None else case.bare), _explain(bare)
     return result
 
@@ -280,7 +283,8 @@ def check_semantics(case) -> fusion.PassResult:
     except Exception as e:
         raise GeneratorBug(f"the generated model is invalid: {e}") from e
     before = model.SerializeToString()
-    result = fusion.run(model, target=case.target)
+    # The plugin target fuses nothing unless passes are named; the others keep their defaults.
+    result = fusion.run(model, NORM_FC_PASSES if case.target == "plugin" else None, target=case.target)
     assert model.SerializeToString() == before, "fusing modified the input model"
     if case.must_not_fuse:
         assert not result.fusions, f"{case.what}: must not fuse\n{_explain(result)}"
