@@ -142,8 +142,8 @@ def _compare(case: Case, model: onnx.ModelProto, want: list, got: list, feeds: d
     even round where the model says).  There both models are run again in float64 (every
     float type, constant and Cast made double), where that noise is 10⁻¹⁶, and must agree
     tightly: the fused graph computes what the original does.  The outputs in the model's
-    own type must then still be finite where the original's are, and (fp32) no farther from
-    the float64 value than the original's output is, plus a loose bound.  Elements that a
+    own type must then still be finite where the original's are, and (fp32) within a loose
+    bound plus twice the original's worst error of the float64 value.  Elements that a
     nudge of the inputs (NUDGE, relative) moves beyond the float64 bound are noise, and are not
     judged.
     """
@@ -155,7 +155,7 @@ def _compare(case: Case, model: onnx.ModelProto, want: list, got: list, feeds: d
         if bad.any():
             if fp64 is None:
                 f64 = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feeds.items()}
-                nudged = {k: v * (1 + NUDGE) if v.dtype.kind == "f" else v for k, v in f64.items()}
+                nudged = {k: np.asarray(v * (1 + NUDGE), v.dtype) if v.dtype.kind == "f" else v for k, v in f64.items()}
                 original64 = to_fp64(model).SerializeToString()
                 fp64 = (_run(original64, f64), _run(to_fp64(result.model).SerializeToString(), f64),
                         _run(original64, nudged))  # fmt: skip
@@ -164,12 +164,14 @@ def _compare(case: Case, model: onnx.ModelProto, want: list, got: list, feeds: d
                 bad |= np.isfinite(a) != np.isfinite(b)
             exact = fp64[0][i]
             if case.dtype in LOOSE:
-                # The fused output may be off the exact (float64) value by a loose bound more than
-                # the original's own output is: an original that rounds badly is no yardstick.
+                # The fused output may be off the exact (float64) value by a loose bound plus twice
+                # the original's worst error in this output: where rounding errors are amplified
+                # (badly conditioned rows) they land on other elements in the fused graph.
                 la, lr = LOOSE[case.dtype]
                 with np.errstate(invalid="ignore"):
                     err_a, err_b = np.abs(a - exact), np.abs(b - exact)
-                    bad |= err_b > la + lr * np.abs(exact) + err_a
+                    worst = float(np.nanmax(err_a, initial=0.0, where=np.isfinite(err_a)))
+                    bad |= err_b > la + lr * np.abs(exact) + 2 * worst
             # Where a nudge of the inputs by NUDGE moves the original's float64 output beyond the
             # tight bound, the output is rounding noise, not a function of the inputs (a norm
             # without eps over a row constant in exact arithmetic: 1e-17 normalized to O(1)); no
