@@ -746,6 +746,9 @@ class If:
             branches.append(helper.make_graph(body.nodes, c.mb.fresh(label), [], [out], body.initializers))
         cond = c.mb.graph_input("cond", BOOL, (), kind="bool").name
         y = c.op("If", cond, then_branch=branches[0], else_branch=branches[1])
+        # The library scans a node's bodies in the order of its attributes, which
+        # helper.make_node sorts by name: else_branch before then_branch.
+        c.bodies[-2:] = c.bodies[-2:][::-1]
         # ONNX infers the If's output from the branches' declared outputs: known again.
         return Built(Value(y, x.dtype, x.shape, FULL), "", 0, [], inner)
 
