@@ -85,16 +85,29 @@ def _make_logger(trt):
     return trt.Logger(trt.Logger.WARNING)
 
 
-def engine_plugin_count(trt, engine_bytes: bytes, logger=None) -> int | None:
-    """Plugin layers the engine inspector reports (built with DETAILED profiling verbosity)."""
+def inspector_records(trt, engine) -> list[dict] | None:
+    """The engine inspector's record of each layer (name, type, tactic, formats), or None where
+    it has none: TensorRT < 8.2, or an engine built without DETAILED profiling verbosity (then
+    it lists names only)."""
     try:
-        runtime = trt.Runtime(logger or _make_logger(trt))
-        engine = runtime.deserialize_cuda_engine(engine_bytes)
         info = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
-    except Exception as e:  # noqa: BLE001 - the inspector is a nicety; the network walk is the count
+    except Exception as e:  # noqa: BLE001 - the inspector is a nicety: callers fall back
         log.debug("engine inspector unavailable: %s", e)
         return None
     layers = info.get("Layers", [])
     if not layers or not isinstance(layers[0], dict):
+        return None
+    return layers
+
+
+def engine_plugin_count(trt, engine_bytes: bytes, logger=None) -> int | None:
+    """Plugin layers the engine inspector reports (built with DETAILED profiling verbosity)."""
+    try:
+        engine = trt.Runtime(logger or _make_logger(trt)).deserialize_cuda_engine(engine_bytes)
+    except Exception as e:  # noqa: BLE001 - the inspector is a nicety; the network walk is the count
+        log.debug("engine not deserialized for its inspector: %s", e)
+        return None
+    layers = inspector_records(trt, engine)
+    if layers is None:
         return None
     return sum("plugin" in str(layer.get("LayerType", "")).lower() for layer in layers)

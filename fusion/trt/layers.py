@@ -9,8 +9,6 @@ layer's name.
 
 from __future__ import annotations
 
-import json
-import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
@@ -20,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import VerifyError
+from .inspect import inspector_records
 from .timing import EngineSession, _cuda
 
-log = logging.getLogger(__name__)
 
 # (kind, words that mark it in the inspector's LayerType or, failing that, the layer's name);
 # the first that matches wins.
@@ -95,17 +93,8 @@ def classify(name: str, layer_type: str = "") -> str:
 
 
 def inspector_layers(engine, trt) -> dict[str, dict[str, Any]]:
-    """name -> the inspector's record of that layer ({} where the engine has no such record)."""
-    try:
-        info = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
-    except Exception as e:  # noqa: BLE001 - the inspector is optional: names still classify
-        log.debug("engine inspector unavailable: %s", e)
-        return {}
-    out = {}
-    for layer in info.get("Layers", []):
-        if isinstance(layer, dict) and "Name" in layer:
-            out[str(layer["Name"])] = layer
-    return out
+    """name -> the inspector's record of that layer ({} where the engine has none: names still classify)."""
+    return {str(r["Name"]): r for r in inspector_records(trt, engine) or () if "Name" in r}
 
 
 def _detail(record: Mapping[str, Any]) -> str:
