@@ -159,10 +159,10 @@ def _compare(case: Case, model: onnx.ModelProto, want: list, got: list, feeds: d
                 original64 = to_fp64(model).SerializeToString()
                 fp64 = (_run(original64, f64), _run(to_fp64(result.model).SerializeToString(), f64),
                         _run(original64, nudged))  # fmt: skip
-            bad = ~_close(fp64[0][i], fp64[1][i], *AS_FP64[case.dtype])
+            exact = fp64[0][i]
+            bad = ~_close(exact, fp64[1][i], *AS_FP64[case.dtype])
             if a.dtype.kind == "f":
                 bad |= np.isfinite(a) != np.isfinite(b)
-            exact = fp64[0][i]
             if case.dtype in LOOSE:
                 # The fused output may be off the exact (float64) value by a loose bound plus twice
                 # the original's worst error in this output: where rounding errors are amplified
