@@ -49,6 +49,7 @@ from bench.trt_verify import (  # noqa: E402 - sets up fusion.patterns for the s
     check_against_reference,
     device_name,
     make_reference,
+    model_path,
     profile_spec,
     write_rows,
 )
@@ -58,7 +59,7 @@ LOG = logging.getLogger("trt_e2e_fixtures")
 
 PASSES = ["layernorm", "rmsnorm", "gemm"]
 PLUGIN_DOMAIN = "trt.plugins"
-OUR_PLUGINS = {"FusedLayerNorm", "FusedRMSNorm", "FusedFC"}
+OUR_PLUGINS = {"FusedLayerNorm", "FusedRMSNorm", "FusedFC", "FusedSkipLayerNorm", "FusedSkipRMSNorm", "FusedGroupNorm"}
 TACTIC_SOURCES = ["CUBLAS", "CUBLAS_LT"]
 # The exports to prefer, best first (the issue asks for opset 13 legacy).
 PREFERENCE = [("legacy", 13), ("legacy", 17), ("legacy", 14), ("dynamo", 18), ("legacy", 11)]
@@ -165,23 +166,128 @@ def _bool_value(node: onnx.NodeProto) -> bool:
     return False
 
 
+def isinf_as_equal(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """The same graph with every IsInf(x) written Equal(Abs(x), inf) (or Equal(x, +-inf) when
+    it detects one sign): TensorRT 8.5's parser has no IsInf importer (T5's fp16 clamp)."""
+    from onnx import numpy_helper
+
+    types = _elem_types(model)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes, n = [], 0
+    for node in out.graph.node:
+        if node.op_type != "IsInf" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+        np_type = helper.tensor_dtype_to_np_dtype(types[node.input[0]])
+        base = f"{node.name or node.output[0]}_as_equal"
+        value = float("-inf") if neg and not pos else float("inf")
+        inf = numpy_helper.from_array(__import__("numpy").array(value, dtype=np_type), f"{base}_inf")
+        out.graph.initializer.append(inf)
+        x = node.input[0]
+        if pos and neg:
+            nodes.append(helper.make_node("Abs", [x], [f"{base}_abs"], name=f"{base}_abs"))
+            x = f"{base}_abs"
+        if pos or neg:
+            nodes.append(helper.make_node("Equal", [x, inf.name], list(node.output), name=base))
+        else:  # detects nothing: always false
+            nodes.append(helper.make_node("Equal", [x, x], [f"{base}_self"], name=f"{base}_self"))
+            nodes.append(helper.make_node("Not", [f"{base}_self"], list(node.output), name=base))
+        n += 1
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out, n
+
+
+ISINF_NOTE = ("TensorRT 8.5's ONNX parser has no IsInf importer: run on a variant with each IsInf(x) written "
+              "Equal(Abs(x), inf) ({n} ops; same outputs on onnxruntime)")  # fmt: skip
+
+
 def source_model(rec: dict[str, Any]) -> tuple[onnx.ModelProto, str | None]:
-    """The model to fuse and build (the fixture, or its int32 variant) and the note saying why."""
-    model = onnx.load(str(fixture_path(rec)))
+    """The model to fuse and build (the fixture, or its variant) and the note saying why."""
+    model = onnx.load(str(model_path(rec)))
     note = rec.get("why")
     if has_bool_flatten(model):
         model, n = int32_bool_moves(model)
-        v = BOOL_FLATTEN_NOTE.format(tag=f"{rec['exporter']} opset-{rec['opset']}", n=n)
-        note = f"{note}; {v}" if note else v
+        note = _join(note, BOOL_FLATTEN_NOTE.format(tag=f"{rec['exporter']} opset-{rec['opset']}", n=n))
+    if any(node.op_type == "IsInf" for node in model.graph.node):
+        model, n = isinf_as_equal(model)
+        note = _join(note, ISINF_NOTE.format(n=n))
     return model, note
 
 
-def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
+def fuse(model: onnx.ModelProto, passes: list[str] = PASSES) -> tuple[onnx.ModelProto, dict[str, int]]:
     import fusion
 
-    fused = fusion.fuse(model, passes=PASSES, target="plugin")
+    fused = fusion.fuse(model, passes=passes, target="plugin")
     counts = collections.Counter(n.op_type for n in fused.graph.node if n.domain == PLUGIN_DOMAIN)
     return fused, dict(sorted(counts.items()))
+
+
+def buildable_baseline(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
+    """The unfused model as TensorRT 8.5 can build it: its InstanceNormalization layers need
+    cuDNN (a stub in the bundle), so each is written as the reductions it stands for --
+    what TensorRT runs for a GroupNorm when no plugin does (Myelin fuses them)."""
+    n = sum(node.op_type == "InstanceNormalization" for node in model.graph.node)
+    if not n:
+        return model, None
+    return instancenorm_as_reductions(model), (f"unfused baseline: its {n} InstanceNormalization ops written as "
+                                               "ReduceMean/Sub/Mul/Sqrt/Div (TensorRT 8.5 runs InstanceNormalization "
+                                               "through cuDNN, a stub here)")  # fmt: skip
+
+
+def instancenorm_as_reductions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """y = (x - mean) / sqrt(var + eps) * scale + bias over the spatial axes, per (n, c)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    inferred = onnx.shape_inference.infer_shapes(model)
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in [*inferred.graph.value_info, *inferred.graph.input]
+             if vi.type.tensor_type.HasField("shape")}  # fmt: skip
+    types = _elem_types(model)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = []
+    for node in out.graph.node:
+        if node.op_type != "InstanceNormalization":
+            nodes.append(node)
+            continue
+        x, scale, bias = node.input
+        y = node.output[0]
+        rank = ranks.get(x)
+        if not rank or rank < 3:
+            raise ValueError(f"InstanceNormalization {node.name!r}: input rank unknown")
+        eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+        np_type = helper.tensor_dtype_to_np_dtype(types[x])
+        b = f"{node.name or y}_red"
+        axes = list(range(2, rank))
+        consts = {f"{b}_eps": np.array(eps, np_type), f"{b}_axes": np.array(axes, np.int64),
+                  f"{b}_caxes": np.array(list(range(1, rank - 1)), np.int64)}  # fmt: skip
+        out.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
+
+        def mean(src: str, dst: str) -> None:
+            if opset >= 18:
+                nodes.append(helper.make_node("ReduceMean", [src, f"{b}_axes"], [dst], name=dst))
+            else:
+                nodes.append(helper.make_node("ReduceMean", [src], [dst], name=dst, axes=axes))
+
+        mean(x, f"{b}_mean")
+        nodes.append(helper.make_node("Sub", [x, f"{b}_mean"], [f"{b}_d"], name=f"{b}_d"))
+        nodes.append(helper.make_node("Mul", [f"{b}_d", f"{b}_d"], [f"{b}_sq"], name=f"{b}_sq"))
+        mean(f"{b}_sq", f"{b}_var")
+        nodes.append(helper.make_node("Add", [f"{b}_var", f"{b}_eps"], [f"{b}_ve"], name=f"{b}_ve"))
+        nodes.append(helper.make_node("Sqrt", [f"{b}_ve"], [f"{b}_std"], name=f"{b}_std"))
+        nodes.append(helper.make_node("Div", [f"{b}_d", f"{b}_std"], [f"{b}_n"], name=f"{b}_n"))
+        for p, op in ((scale, "Mul"), (bias, "Add")):  # [C] -> [C, 1, ...] to broadcast over the spatial axes
+            nodes.append(helper.make_node("Unsqueeze", [p, f"{b}_caxes"], [f"{b}_{op}_p"], name=f"{b}_{op}_p"))
+        nodes.append(helper.make_node("Mul", [f"{b}_n", f"{b}_Mul_p"], [f"{b}_s"], name=f"{b}_s"))
+        nodes.append(helper.make_node("Add", [f"{b}_s", f"{b}_Add_p"], [y], name=f"{b}_y"))
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
 
 
 # --------------------------------------------------------------------------- rows
@@ -190,11 +296,17 @@ def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
 def base_row(rec: dict[str, Any], note: str | None) -> dict[str, Any]:
     return {"family": rec["family"], "model": rec["file"], "exporter": rec["exporter"], "opset": rec["opset"],
             "precision": "fp16" if rec["dtype"] == "fp16" else "fp32",
-            "variant": "int32 bool moves" if note and "variant" in note else None,
+            "variant": _variant(note),
             "profile": [{k: list(v) for k, v in p.items()} for p in profile_spec(rec)],
             "fused_nodes": None, "plugin_layers": None, "max_abs_err": None, "passed": None,
             "reload_passed": None, "fused_ms": None, "unfused_ms": None, "ratio": None, "build_s": None,
             "pass": False, "note": note}  # fmt: skip
+
+
+def _variant(note: str | None) -> str | None:
+    kinds = [k for k, says in (("int32 bool moves", "bool data-movement"), ("IsInf as Equal", "IsInf(x)"))
+             if note and says in note]  # fmt: skip
+    return " + ".join(kinds) or None
 
 
 def apply_fused(row: dict[str, Any], fused_nodes: dict[str, int], res: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +317,7 @@ def apply_fused(row: dict[str, Any], fused_nodes: dict[str, int], res: dict[str,
     row["plugin_layers"] = {k: v for k, v in sorted((layers or {}).items()) if k in OUR_PLUGINS} if layers is not None else None
     row["other_plugin_layers"] = {k: v for k, v in (layers or {}).items() if k not in OUR_PLUGINS} or None
     row["plugin_layers_match"] = row["plugin_layers"] == fused_nodes and not row["other_plugin_layers"]
-    for k in ("max_abs_err", "passed", "build_s", "points", "worst", "reference", "engine_plugin_layers",
+    for k in ("max_abs_err", "passed", "build_s", "points", "worst", "failed", "reference", "engine_plugin_layers",
               "network_layers", "error", "verify_error", "timing_error", "opt_shapes"):  # fmt: skip
         if k in res:
             row[k] = res[k]
@@ -217,6 +329,8 @@ def apply_fused(row: dict[str, Any], fused_nodes: dict[str, int], res: dict[str,
 def apply_reload(row: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
     row["reload_passed"] = res.get("passed")
     row["reload_max_abs_err"] = res.get("max_abs_err")
+    if res.get("failed"):
+        row["reload_failed"] = res["failed"]
     if res.get("error"):
         row["reload_error"] = res["error"]
     _finish(row)
@@ -229,6 +343,8 @@ def apply_unfused(row: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
     row["unfused_ms"] = res.get("ms")
     row["unfused_build_s"] = res.get("build_s")
     row["unfused_passed"] = res.get("passed")
+    if res.get("failed"):
+        row["unfused_failed"] = res["failed"]
     if res.get("error") or res.get("timing_error"):
         row["unfused_error"] = res.get("error") or res.get("timing_error")
     _finish(row)
@@ -257,12 +373,13 @@ def reference_for(rec: dict[str, Any], refs: str | None, work: Path) -> Path | N
         return None
 
 
-def run_fused(rec, lib: str, opts: dict, refs: str | None, work: Path) -> tuple[dict, dict | None]:
+def run_fused(rec, lib: str, opts: dict, refs: str | None, work: Path,
+              passes: list[str] = PASSES) -> tuple[dict, dict | None]:
     """Phase 1 for one model: the row and the reload job (or None)."""
     model, note = source_model(rec)
     row = base_row(rec, note)
     try:
-        fused, counts = fuse(model)
+        fused, counts = fuse(model, passes)
     except Exception as e:  # noqa: BLE001
         row.update(built=False, error=f"fuse: {_err(e)}")
         return row, None
@@ -273,7 +390,7 @@ def run_fused(rec, lib: str, opts: dict, refs: str | None, work: Path) -> tuple[
     fused_path, engine = work / f"{stem}.plugin.onnx", work / f"{stem}.plugin.engine"
     onnx.save(fused, str(fused_path))
     built_box: list[Any] = []
-    res = build_and_check(fused, fixture_path(rec), profile_spec(rec), row["precision"],
+    res = build_and_check(fused, model_path(rec), profile_spec(rec), row["precision"],
                           dict(opts, plugins=[lib], out=str(engine)), f"{stem} plugin", refs, keep=built_box)  # fmt: skip
     apply_fused(row, counts, res)
     if not row.get("built") or not built_box:
@@ -322,7 +439,7 @@ def reload_child(jobs_path: str, lib: str) -> int:
             built = pickle.loads(Path(j["meta"]).read_bytes())
             built.engine = Path(j["engine"]).read_bytes()
             res = check_against_reference(j["fused"], built, Path(j["ref"]))
-            out = {"passed": res["passed"], "max_abs_err": res["max_abs_err"]}
+            out = {k: res[k] for k in ("passed", "max_abs_err", "failed") if k in res}
         except Exception as e:  # noqa: BLE001
             out = {"passed": False, "error": _err(e)}
         print(json.dumps({"model": j["model"], **out}), flush=True)
@@ -342,7 +459,7 @@ def run(args: argparse.Namespace) -> int:
         opts["timing_cache"] = args.timing_cache
     meta = {"what": "fixture families, target plugin (our TensorRT 8 plugins), fused vs unfused engines",
             "script": "bench/trt_e2e_fixtures.py", "commit": args.commit, "device": device_name(),
-            "trt_version": trt_version(), "library": Path(lib).name, "passes": PASSES,
+            "trt_version": trt_version(), "library": Path(lib).name, "passes": args.passes,
             "tactic_sources": "+".join(TACTIC_SOURCES), "cublaslt": os.environ.get("FUSION_CUBLASLT", "default search"),
             "ratio": "unfused_ms / fused_ms at the profile's opt shape (> 1: the fused engine is faster)",
             "pass": "built, our plugin layers == fused nodes (per op), verified at min/opt/max, and again after reload",
@@ -363,7 +480,7 @@ def run(args: argparse.Namespace) -> int:
             rows.append(dict(base_row(rec, note), note=_join(note, "not run: time budget")))
             continue
         try:
-            row, job = run_fused(rec, lib, opts, args.references, work)
+            row, job = run_fused(rec, lib, opts, args.references, work, args.passes)
         except Exception as e:  # noqa: BLE001 - one model must not stop the rest
             LOG.error("%s: %s", rec["file"], traceback.format_exc())
             row, job = dict(base_row(rec, None), built=False, error=_err(e)), None
@@ -390,7 +507,10 @@ def run(args: argparse.Namespace) -> int:
         save()
         rec = sources[row["model"]]
         model, _ = source_model(rec)
-        res = build_and_check(model, fixture_path(rec), profile_spec(rec), row["precision"], opts,
+        model, why = buildable_baseline(model)
+        if why:
+            row["unfused_note"] = why
+        res = build_and_check(model, model_path(rec), profile_spec(rec), row["precision"], opts,
                               f"{row['model']} unfused", args.references)  # fmt: skip
         apply_unfused(row, res)
         LOG.info("%s", fmt(row))
@@ -403,7 +523,7 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- CPU modes
 
 
-def cpu_check(recs: list[dict[str, Any]]) -> int:
+def cpu_check(recs: list[dict[str, Any]], passes: list[str] = PASSES) -> int:
     """Every selected model (or its variant) fuses for target plugin and runs on onnxruntime,
     and the variant computes what the fixture does."""
     from fusion.compare.verify import verify
@@ -411,12 +531,12 @@ def cpu_check(recs: list[dict[str, Any]]) -> int:
     bad = 0
     for rec in recs:
         model, note = source_model(rec)
-        path = str(fixture_path(rec))
+        path = str(model_path(rec))
         try:
             if note and "variant" in note:
                 v = verify(path, model)
                 assert v.passed, f"variant differs: {v.max_abs}"
-            fused, counts = fuse(model)
+            fused, counts = fuse(model, passes)
             rep = verify(path, fused)
             ok = rep.passed and (counts or rec["family"] == "vector_norm")
             print(f"{rec['file']:<42} {'ok  ' if ok else 'FAIL'} fused={counts} ort_max_abs={rep.max_abs:.2g}"
@@ -464,6 +584,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--fused-budget-s", type=float, default=200, help="start no fused model after this many seconds")
     ap.add_argument("--reload-limit-s", type=float, default=90, help="time limit of the reload process")
     ap.add_argument("--timing-cache", help="TensorRT timing cache shared by every build")
+    ap.add_argument("--passes", type=lambda v: [p.strip() for p in v.split(",") if p.strip()], default=PASSES,
+                    help=f"fusion passes, comma-separated (default: {','.join(PASSES)})")
     ap.add_argument("--commit", default=os.environ.get("FUSION_COMMIT", "unknown"))
     ap.add_argument("--reload", metavar="JOBS", help=argparse.SUPPRESS)  # the fresh process
     args = ap.parse_args(argv)
@@ -487,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rec['family']:<16} {rec['dtype']}  {rec['file']:<42} {note or ''}")
         return 0
     if args.cpu_check:
-        return cpu_check(recs)
+        return cpu_check(recs, args.passes)
     if args.make_references:
         for rec in recs:
             print(make_reference(rec, Path(args.make_references)))

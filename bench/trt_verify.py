@@ -80,6 +80,12 @@ def ordered_records(match: str | None = None) -> list[dict[str, Any]]:
     return sorted(recs, key=key)
 
 
+def model_path(rec: dict[str, Any]) -> Path:
+    """A record's model: ``path`` for a model made on the machine (bench/trt_e2e_models.py),
+    else the fixture."""
+    return Path(rec["path"]) if rec.get("path") else fixture_path(rec)
+
+
 def profile_spec(rec: dict[str, Any]) -> list[dict[str, tuple[int, int, int]]]:
     """min = the low end of each dim's range, opt = the export size, max = the high end."""
     dims: dict[str, tuple[int, int, int]] = {}
@@ -137,7 +143,7 @@ def build_and_check(model: Any, original: Path, profiles: list, precision: str, 
     try:
         rep = verify(str(original), model, backend="trt", engine=built, latency=False)  # timed below
         out.update(max_abs_err=rep.max_abs, passed=rep.passed, points=len(rep.shapes), skipped=rep.skipped,
-                   worst=_worst(rep))  # fmt: skip
+                   worst=_worst(rep), failed=_failed(rep))  # fmt: skip
     except Exception as e:  # noqa: BLE001
         if references and ref.is_file() and "runs on none of the input shapes" in str(e):
             out.update(check_against_reference(model, built, ref))
@@ -164,7 +170,7 @@ def _corner_feeds(rec: dict[str, Any]) -> list[dict[str, Any]]:
     from fusion.trt.run import corner_feeds
     from fusion.compare.verify import _Model
 
-    orig = _Model(str(fixture_path(rec)))
+    orig = _Model(str(model_path(rec)))
     return corner_feeds(orig, derive_profiles(model_inputs(orig.proto), profile_spec(rec)), 0)
 
 
@@ -176,7 +182,7 @@ def make_reference(rec: dict[str, Any], out_dir: Path) -> Path:
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(fixture_path(rec)), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(model_path(rec)), so, providers=["CPUExecutionProvider"])
     arrays: dict[str, Any] = {}
     for k, feed in enumerate(_corner_feeds(rec)):
         outs = sess.run(None, feed)
@@ -199,7 +205,7 @@ def check_against_reference(model: Any, built, ref: Path) -> dict[str, Any]:
     ks = sorted({int(k.split(":")[0][2:]) for k in data.files if k.startswith("in")})
     fused = _Model(model)
     types = {o.name: o.type.tensor_type.elem_type for o in fused.outputs}
-    worst, passed = 0.0, True
+    worst, passed, failed = 0.0, True, []
     with ProfiledTrtRunner(built, fused.outputs, name="fused-trt") as runner:
         for k in ks:
             feed = {key.split(":", 1)[1]: data[key] for key in data.files if key.startswith(f"in{k}:")}
@@ -211,10 +217,23 @@ def check_against_reference(model: Any, built, ref: Path) -> dict[str, Any]:
                 if built.precision == "fp16" and types[name] == onnx.TensorProto.FLOAT:
                     atol, rtol = FP16_TOLERANCE
                 diff = np.abs(a - b)
+                same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities, NaN on both sides
+                diff = np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
                 ok = (diff <= atol) | (diff <= rtol * np.abs(a))
                 worst, passed = max(worst, float(diff.max(initial=0.0))), passed and bool(ok.all())
-    return {"max_abs_err": worst, "passed": passed, "points": len(ks),
+                if not ok.all():
+                    failed.append({"point": k, "inputs": {n: list(v.shape) for n, v in feed.items()}, "output": name,
+                                   "mismatches": int((~ok).sum()), "nan_reference": int(np.isnan(a).sum()),
+                                   "nan_engine": int(np.isnan(b).sum()), "max_abs": float(diff.max())})  # fmt: skip
+    return {"max_abs_err": worst, "passed": passed, "points": len(ks), "failed": failed[:8],
             "reference": f"stored onnxruntime {data['__ort_version__']} outputs (this onnxruntime cannot run the model)"}
+
+
+def _failed(rep, most: int = 8) -> list[dict[str, Any]]:
+    """The checks that failed: where (shape point, its input shapes), which output, how far."""
+    return [{"point": c.shape_point, "inputs": rep.shapes[c.shape_point] if c.shape_point < len(rep.shapes) else None,
+             "check": c.check, "output": c.output, "max_abs": c.max_abs, "max_rel": c.max_rel, "atol": c.atol,
+             "rtol": c.rtol, "error": c.error or None} for c in rep.checks if not c.passed][:most]  # fmt: skip
 
 
 def _worst(rep) -> dict[str, Any] | None:

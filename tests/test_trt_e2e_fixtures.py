@@ -50,6 +50,42 @@ def test_a_model_without_bool_moves_is_left_alone():
     assert n == 0 and len(same.graph.node) == len(model.graph.node)
 
 
+def test_isinf_is_written_as_equal_and_computes_the_same():
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])
+    outs = [helper.make_tensor_value_info(n, TensorProto.BOOL, ["N"]) for n in ("both", "pos", "neg")]
+    g = helper.make_graph([helper.make_node("IsInf", ["x"], ["both"]),
+                           helper.make_node("IsInf", ["x"], ["pos"], detect_negative=0),
+                           helper.make_node("IsInf", ["x"], ["neg"], detect_positive=0)], "g", [x], outs)  # fmt: skip
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    variant, n = e2e.isinf_as_equal(model)
+    assert n == 3 and not any(node.op_type == "IsInf" for node in variant.graph.node)
+    import onnxruntime as ort
+
+    feed = {"x": np.array([1.0, np.inf, -np.inf, np.nan, 3.4e38, -0.0], np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    got = ort.InferenceSession(variant.SerializeToString()).run(None, feed)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+    t5 = next(r for r in e2e.select(["t5"], ("fp16",)))
+    built, note = e2e.source_model(t5)
+    assert "IsInf" in note and e2e._variant(note) == "int32 bool moves + IsInf as Equal"
+    assert verify(str(fixture_path(t5)), built).passed
+
+
+def test_the_groupnorm_baseline_has_no_instancenormalization_and_computes_the_same():
+    path = fixture_path("resnet_gn_legacy_op13_fp32.onnx")
+    model = onnx.load(str(path))
+    baseline, why = e2e.buildable_baseline(model)
+    assert "3 InstanceNormalization" in why
+    assert not any(n.op_type == "InstanceNormalization" for n in baseline.graph.node)
+    onnx.checker.check_model(baseline)
+    assert verify(str(path), baseline).passed
+    vit = onnx.load(str(fixture_path("vit_legacy_op13_fp32.onnx")))
+    assert e2e.buildable_baseline(vit) == (vit, None)
+
+
 def _row():
     rec = next(r for r in load_manifest() if r["file"] == "ln_module_legacy_op13_fp32.onnx")
     return e2e.base_row(rec, None)
@@ -127,3 +163,26 @@ def test_run_against_the_stand_in_writes_rows(fake_trt, tmp_path):
     assert ln["unfused_built"] and "unfused_note" not in ln
     assert fake_trt.calls["tactics"] is not None
     assert vn["built"] is None and "nothing fused" in vn["note"]
+
+
+def test_realistic_models_run_against_the_stand_in(fake_trt, tmp_path):
+    """bench/trt_e2e_models.py: a record per model and precision (distinct names, so the reload
+    jobs do not collide), rows like the fixtures', a missing export a row with its error."""
+    from bench import trt_e2e_models as models
+
+    import shutil
+
+    shutil.copy(fixture_path("vit_legacy_op13_fp32.onnx"), tmp_path / "vit.onnx")
+    rec = models.record("bert384", "fp16", tmp_path)
+    assert rec["file"] == "bert384_fp16.onnx" and rec["path"].endswith("bert.onnx")
+    assert e2e.profile_spec(rec) == [{"batch": (1, 8, 8), "seq": (16, 384, 384)}]
+    lib = next(Path(np.__file__).parent.rglob("_multiarray_umath*.so"))
+    out = tmp_path / "m.json"
+    rc = models.main(["--plugins", str(lib), "--out", str(out), "--models", "vit,gpt2", "--precisions", "fp32",
+                      "--models-dir", str(tmp_path), "--reload-limit-s", "60"])  # fmt: skip
+    vit, gpt2 = json.loads(out.read_text())["rows"]
+    assert rc == 1 and vit["model"] == "vit_fp32.onnx" and vit["built"] and vit["plugin_layers_match"]
+    assert vit["fused_nodes"] == {"FusedFC": 13, "FusedLayerNorm": 5}
+    assert "no export at" in gpt2["error"] and not gpt2["pass"]
+    with pytest.raises(SystemExit):
+        models.parse_args(["--plugins", "x", "--out", "y", "--models", "resnet"])

@@ -217,3 +217,17 @@ def test_a_one_element_initializer_is_fed_as_an_array():
     rep = verify(m, m)
     assert rep.passed and not rep.skipped, rep.table()
     assert any(c.check.startswith(INITIALIZERS) for c in rep.checks)
+
+
+# -- a NaN on one side only ------------------------------------------------------------------
+
+
+def test_nan_in_fused_output_only_is_an_infinite_error():
+    """The original's y = |x| is finite everywhere; the 'fused' sqrt(x) is NaN for x < 0.  The
+    report fails and its max_abs says inf: a one-sided NaN must never read as a small error."""
+    original = _model([helper.make_node("Abs", ["x"], ["y"])], [X], [])
+    fused = _model([helper.make_node("Sqrt", ["x"], ["y"])], [X], [])
+    rep = verify(original, fused, shapes=[{"N": 8}], extra_checks=False)
+    assert not rep.passed
+    assert rep.max_abs == float("inf")
+    assert all(c.max_abs == float("inf") for c in rep.checks)

@@ -279,7 +279,8 @@ def _compare(orig: "_Model", ref_runs, new_runs, labels, atol, rtol, report: Ver
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             diff = np.abs(a64 - b64)
             same_nonfinite = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
-            diff = np.where(same_nonfinite, 0.0, diff)
+            # A NaN on one side only is the worst mismatch: inf, so max_abs cannot hide it.
+            diff = np.where(same_nonfinite, 0.0, np.where(np.isnan(diff), np.inf, diff))
             rel = diff / np.maximum(np.abs(a64), 1e-30)
             report.checks.append(
                 OutputCheck(
