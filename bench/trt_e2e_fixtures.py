@@ -47,6 +47,7 @@ from bench.trt_verify import (  # noqa: E402 - sets up fusion.patterns for the s
     _err,
     build_and_check,
     check_against_reference,
+    corner_inputs,
     device_name,
     make_reference,
     model_path,
@@ -391,7 +392,8 @@ def run_fused(rec, lib: str, opts: dict, refs: str | None, work: Path,
     onnx.save(fused, str(fused_path))
     built_box: list[Any] = []
     res = build_and_check(fused, model_path(rec), profile_spec(rec), row["precision"],
-                          dict(opts, plugins=[lib], out=str(engine)), f"{stem} plugin", refs, keep=built_box)  # fmt: skip
+                          dict(opts, plugins=[lib], out=str(engine)), f"{stem} plugin", refs, keep=built_box,
+                          inputs=corner_inputs(rec))  # fmt: skip
     apply_fused(row, counts, res)
     if not row.get("built") or not built_box:
         return row, None
@@ -463,7 +465,8 @@ def run(args: argparse.Namespace) -> int:
             "tactic_sources": "+".join(TACTIC_SOURCES), "cublaslt": os.environ.get("FUSION_CUBLASLT", "default search"),
             "ratio": "unfused_ms / fused_ms at the profile's opt shape (> 1: the fused engine is faster)",
             "pass": "built, our plugin layers == fused nodes (per op), verified at min/opt/max, and again after reload",
-            "tolerances": "fusion.verify defaults by output dtype (fp32 1e-4 abs / 1e-3 rel; fp16 2e-2 / 2e-2)"}  # fmt: skip
+            "tolerances": "fusion.verify defaults by output dtype (fp32 1e-4 abs / 1e-3 rel; fp16 2e-2 / 2e-2)",
+            "inputs": "random at each profile's min/opt/max; attention masks keep their first token (trt_verify.keep_first_token)"}  # fmt: skip
     recs = select(args.families.split(",") if args.families else None, tuple(args.precisions.split(",")))[: args.limit]
     rows: list[dict] = []
     jobs: list[dict] = []
@@ -511,7 +514,7 @@ def run(args: argparse.Namespace) -> int:
         if why:
             row["unfused_note"] = why
         res = build_and_check(model, model_path(rec), profile_spec(rec), row["precision"], opts,
-                              f"{row['model']} unfused", args.references)  # fmt: skip
+                              f"{row['model']} unfused", args.references, inputs=corner_inputs(rec))  # fmt: skip
         apply_unfused(row, res)
         LOG.info("%s", fmt(row))
         save()

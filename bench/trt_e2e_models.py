@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import trt_e2e_fixtures as fx  # noqa: E402 - sets up fusion.patterns for the source tree
 from bench.trt_engines import MODELS  # noqa: E402
-from bench.trt_verify import build_and_check, device_name, model_path, profile_spec, write_rows  # noqa: E402
+from bench.trt_verify import build_and_check, corner_inputs, device_name, model_path, profile_spec, write_rows  # noqa: E402
 
 LOG = logging.getLogger("trt_e2e_models")
 
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if args.unfused and row.get("built"):
             model, _ = fx.source_model(rec)
             res = build_and_check(model, model_path(rec), profile_spec(rec), row["precision"], opts,
-                                  f"{rec['file']} unfused", None)  # fmt: skip
+                                  f"{rec['file']} unfused", None, inputs=corner_inputs(rec))  # fmt: skip
             fx.apply_unfused(row, res)
             save()
     if jobs:

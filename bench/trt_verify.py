@@ -116,9 +116,10 @@ def _err(e: BaseException) -> str:
 
 
 def build_and_check(model: Any, original: Path, profiles: list, precision: str, opts: dict, what: str,
-                    references: str | None = None, keep: list | None = None) -> dict:
+                    references: str | None = None, keep: list | None = None, inputs: list | None = None) -> dict:
     """Build ``model``'s engine, verify it against ``original`` on onnxruntime, time it.
-    ``keep``: a list the BuiltEngine is appended to (to serialize or reload it)."""
+    ``keep``: a list the BuiltEngine is appended to (to serialize or reload it); ``inputs``: the
+    feeds to verify on (default: random ones at the profile corners)."""
     from fusion.trt.build import build_engine
     from fusion.trt.run import corner_feeds, time_engine
     from fusion.compare.verify import _Model
@@ -141,7 +142,7 @@ def build_and_check(model: Any, original: Path, profiles: list, precision: str, 
     t0 = time.perf_counter()
     ref = Path(references or "") / (Path(original).stem + ".npz")
     try:
-        rep = verify(str(original), model, backend="trt", engine=built, latency=False)  # timed below
+        rep = verify(str(original), model, backend="trt", engine=built, latency=False, inputs=inputs)  # timed below
         out.update(max_abs_err=rep.max_abs, passed=rep.passed, points=len(rep.shapes), skipped=rep.skipped,
                    worst=_worst(rep), failed=_failed(rep))  # fmt: skip
     except Exception as e:  # noqa: BLE001
@@ -165,6 +166,23 @@ def build_and_check(model: Any, original: Path, profiles: list, precision: str, 
     return out
 
 
+def keep_first_token(feed: dict[str, Any]) -> dict[str, Any]:
+    """An attention mask as real inputs have it: every row attends to its first token (CLS / BOS).
+    A row that masks every token has no defined attention: onnxruntime averages the values,
+    TensorRT 8.5's fp32 engines give NaN (the unfused engine too: bench/results/trt_e2e_fixtures.json)."""
+    mask = feed.get("attention_mask")
+    if mask is None or mask.ndim != 2 or mask.shape[1] == 0:
+        return feed
+    mask = mask.copy()
+    mask[:, 0] = 1
+    return dict(feed, attention_mask=mask)
+
+
+def corner_inputs(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The feeds the rows verify on: random inputs at the profile corners, masks kept real."""
+    return [keep_first_token(f) for f in _corner_feeds(rec)]
+
+
 def _corner_feeds(rec: dict[str, Any]) -> list[dict[str, Any]]:
     from fusion.trt.profiles import derive_profiles, model_inputs
     from fusion.trt.run import corner_feeds
@@ -184,7 +202,7 @@ def make_reference(rec: dict[str, Any], out_dir: Path) -> Path:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(model_path(rec)), so, providers=["CPUExecutionProvider"])
     arrays: dict[str, Any] = {}
-    for k, feed in enumerate(_corner_feeds(rec)):
+    for k, feed in enumerate(corner_inputs(rec)):
         outs = sess.run(None, feed)
         arrays.update({f"in{k}:{n}": a for n, a in feed.items()})
         arrays.update({f"out{k}:{o.name}": a for o, a in zip(sess.get_outputs(), outs)})
