@@ -26,7 +26,7 @@ from fusion.rewrite.editor import Emitter, Reject
 from fusion.rewrite.rules import Context, Rule
 
 from . import _algebra as alg
-from . import _shapes, layernorm, rmsnorm
+from . import _shapes, layernorm, native, rmsnorm
 from ._constants import check_overridable
 from ._norm import NormDesc, _affine, _check_affine, _normalized_shape, _proven_dim, analyze, norm_types
 from ._skip_body import register as _register_bodies
@@ -81,9 +81,7 @@ class SkipNormRule(Rule):
         residual = {id(top), id(m["residual"])}
         norm_nodes = [n for n in m.all_nodes if id(n) not in residual]
         view = Match(m.root, m.nodes, {**m.tensors, "x": s}, norm_nodes)
-        if self.kind == "rms" and rmsnorm._centered(s):
-            raise Reject(f"{s.name!r} is centered by a ReduceMean: a LayerNorm that did not fuse, not an RMSNorm")
-        desc = analyze(view, ctx, self.kind, self.reductions)
+        desc = self.describe(view, ctx)
         check_overridable(g, Match(m.root, m.nodes, m.tensors, [top, m["residual"]]), ("a", "b", "bias"))
         if not desc.trailing:
             raise Reject(f"normalized axes {list(desc.axes)} are not the trailing ones: skip norms fuse trailing axes only")
@@ -123,6 +121,13 @@ class SkipNormRule(Rule):
                 raise Reject(f"{early[0].op} {early[0].name!r} reads the sum {sum_out.name!r} before the norm ends in node "
                              "order")
         return SkipDesc(desc, a, b, bias, s, sum_out is not None, sum_out)
+
+    def describe(self, view: Match, ctx: Context) -> NormDesc:
+        """The norm part, its input ``x`` the sum: the decomposed chain's checks."""
+        s = view["x"]
+        if self.kind == "rms" and rmsnorm._centered(s):
+            raise Reject(f"{s.name!r} is centered by a ReduceMean: a LayerNorm that did not fuse, not an RMSNorm")
+        return analyze(view, ctx, self.kind, self.reductions)
 
     def rewrite(self, desc: SkipDesc, em: Emitter, ctx: Context) -> None:
         emit_skip(desc, em, ctx)
@@ -287,5 +292,49 @@ class SkipRMSNormRule(SkipNormRule):
     )
 
 
+class NativeSkipNormRule(SkipNormRule):
+    """The residual Add in front of a native LayerNormalization / RMSNormalization node (torch's
+    exporters at opset 17+, the dynamo exporter): the norm part is checked as the native rules
+    check the node alone (patterns/native.py).  Target onnx is not tried: there it would be the
+    same Add and norm node again."""
+
+    min_progress = 2
+    anchors = ()
+    targets = ("plugin", "trt")
+
+    def describe(self, view: Match, ctx: Context) -> NormDesc:
+        return native.describe(view, ctx, self.kind)
+
+
+class NativeSkipLayerNormRule(NativeSkipNormRule):
+    name = "native_skiplayernorm"
+    kind = "layer"
+    signature = frozenset({"LayerNormalization"})
+    pattern = native.build("layer", SUM)
+    doc = "Add(x, skip) (→ Add bias) → LayerNormalization (opset 17); the sum also output where later nodes read it"
+    variants = (
+        "residual: Add(x, skip) in either operand order, x and skip of one shape (no broadcasting)",
+        "bias: Add(x + skip, bias) with bias varying only along the normalized dims, or none",
+        "norm: a LayerNormalization the native_layernorm rule fuses (trailing dims, Mean/InvStdDev unread)",
+        "sum: read only by the norm (post-norm, BERT) or also by later nodes (pre-norm, GPT-2/ViT: a second output)",
+    )
+
+
+class NativeSkipRMSNormRule(NativeSkipNormRule):
+    name = "native_skiprmsnorm"
+    kind = "rms"
+    signature = frozenset({"RMSNormalization"})
+    pattern = native.build("rms", SUM)
+    doc = "Add(x, skip) (→ Add bias) → RMSNormalization (opset 23); the sum also output where later nodes read it"
+    variants = (
+        "residual: Add(x, skip) in either operand order, x and skip of one shape (no broadcasting)",
+        "bias: Add(x + skip, bias) with bias varying only along the normalized dims, or none",
+        "norm: an RMSNormalization the native_rmsnorm rule fuses",
+        "sum: read only by the norm or also by later nodes (pre-norm: a second output)",
+    )
+
+
 LAYER_RULE = SkipLayerNormRule()
 RMS_RULE = SkipRMSNormRule()
+NATIVE_LAYER_RULE = NativeSkipLayerNormRule()
+NATIVE_RMS_RULE = NativeSkipRMSNormRule()

@@ -1,14 +1,17 @@
 """Skip norms on the real-exporter fixtures: what fuses per family, nothing lost, same outputs.
 
 Every norm still fuses (by the skip rule or, where it does not fit, the plain one): the total
-equals the manifest's norm count.  Every residual + norm chain whose operands have one shape
-fuses as a skip norm, proven from the graph's structure (patterns/_shapes.py) where the export
-carries no shapes: 4 per model (2 layers, 2 each).  What does not:
+equals the manifest's norm count, decomposed chains and native LayerNormalization nodes alike
+(BERT/GPT-2/ViT at opset 17 and under the dynamo exporter, fused by the native rules,
+patterns/native.py).  Every residual + norm chain whose operands have one shape fuses as a skip
+norm, proven from the graph's structure (patterns/_shapes.py) where the export carries no
+shapes: 4 per model (2 layers, 2 each).  What does not:
 
 - the embeddings Add in BERT, GPT-2 and ViT: position embeddings of batch 1 broadcast over the
-  batch, which the fused node cannot (refused, reason asserted below);
-- T5 fp16: the residual sum is clamped (Where/Clip) before the norm: no Add feeds it;
-- native LayerNormalization (BERT/GPT-2/ViT at opset 17 and dynamo): the norm rules leave it.
+  batch, which the fused node cannot (refused, reason asserted below), in front of a decomposed
+  chain or a native LayerNormalization alike;
+- T5 fp16: the residual sum is clamped (Where/Clip against the fp16 range) before the norm: no
+  Add feeds it, so the RMSNorm fuses alone.
 
 (The no-op upcast Cast of the sum that HF LLaMA/T5 fp32 exports feed the next residual is
 exported as the sum.)
@@ -29,14 +32,20 @@ RECORDS = [r for r in load_manifest() if r["family"] in FAMILIES]
 
 
 
+SKIP_RULES = ("skiplayernorm", "skiprmsnorm", "native_skiplayernorm", "native_skiprmsnorm")
+
+
 def expected_skips(record: dict) -> int:
     """Skip-norm fusions in a fixture (see the module doc)."""
-    native = "_op17_" in record["file"] or record["exporter"] == "dynamo"
-    if record["family"] in ("bert", "gpt2", "vit") and native:
-        return 0
     if record["family"] == "t5" and record["dtype"] == "fp16":
         return 0
     return 4
+
+
+def expected_native_skips(record: dict) -> int:
+    """Of those, the ones in front of a native norm node: every norm of the model is one."""
+    native = record["native_layernorm_nodes"] + record["native_rmsnorm_nodes"]
+    return expected_skips(record) if native else 0
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: r["file"].removesuffix(".onnx"))
@@ -44,9 +53,12 @@ def test_skip_norms_on_real_exports(record):
     path = fixture_path(record["file"])
     result = fusion.run(str(path), ["skipnorm", "layernorm", "rmsnorm"])
     c = result.counts()
-    skips = c.get("skiplayernorm", 0) + c.get("skiprmsnorm", 0)
-    assert sum(c.values()) == record["expected_layernorm_fusions"] + record["expected_rmsnorm_fusions"], c
+    skips = sum(c.get(r, 0) for r in SKIP_RULES)
+    native = record["native_layernorm_nodes"] + record["native_rmsnorm_nodes"]
+    norms = record["expected_layernorm_fusions"] + record["expected_rmsnorm_fusions"] + native
+    assert sum(c.values()) == norms, c
     assert skips == expected_skips(record), (c, [m.reason for m in result.near_misses])
+    assert c.get("native_skiplayernorm", 0) + c.get("native_skiprmsnorm", 0) == expected_native_skips(record), c
     if not skips:
         return
     if record["family"] in ("bert", "gpt2", "vit"):

@@ -104,7 +104,7 @@ class OffByDefault(Rule):
         self.inner = inner
         self.reason = reason
         for attr in ("name", "pass_name", "pattern", "min_progress", "signature", "anchors", "doc", "variants",
-                     "defers_misses"):
+                     "defers_misses", "targets"):
             setattr(self, attr, getattr(inner, attr))
 
     def check(self, m: Any, ctx: Any) -> Any:

@@ -133,6 +133,8 @@ def run(
     misses: list[NearMiss] = []
     by_op: dict[str, list[Rule]] = {}
     for r in rules:
+        if target not in r.targets:
+            continue
         for op in r.root_ops:
             by_op.setdefault(op, []).append(r)
     for scope in graph.scopes:

@@ -62,6 +62,9 @@ class Rule:
     # A rule that extends a later one at the same root (skip norms): where both miss, the later
     # rule's reason is the one reported (it says why even the smaller fusion did not happen).
     defers_misses: bool = False
+    # The targets the rule rewrites for; the driver does not try it on others (a native
+    # LayerNormalization is already what target onnx would emit: nothing to fuse there).
+    targets: tuple[str, ...] = TARGETS
 
     def check(self, m: Match, ctx: Context) -> Any:
         raise NotImplementedError
