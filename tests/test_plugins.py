@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -196,6 +197,85 @@ def test_launch_policy_paths():
     assert pl.norm_launch_config("layernorm", "float32", 10, 1 << 20)[0] == "fusion_layernorm_loop_f32_v4"
     with pytest.raises(ValueError):
         pl.norm_launch_config("layernorm", "int8", 1, 1)
+
+
+GN_COLS = (1, 4, 42, 128, 255, 256, 2560, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
+           36864, 40960, 40961, 40964, 41984, 131072, 294912)  # fmt: skip
+
+
+@needs_nvcc
+def test_python_groupnorm_policy_matches_library(built):
+    for dtype in pl.GROUPNORM_DTYPES:
+        for rows in (1, 64, 4096):
+            for cols in GN_COLS:
+                for vec in (True, False):
+                    want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec)
+                    assert pl.groupnorm_plan(dtype, rows, cols, vec) == want, (dtype, rows, cols, vec)
+
+
+@needs_nvcc
+def test_library_groupnorm_plan_refuses_bf16_and_empty(built):
+    assert pl.library_groupnorm_plan(built, "bfloat16", 8, 128) is None  # no bf16 GroupNorm kernel
+    assert pl.library_groupnorm_plan(built, "float32", 0, 128) is None
+
+
+def test_groupnorm_launch_policy_paths():
+    cfg = pl.groupnorm_launch_config
+    # The SD-UNet groups (32 groups): the smallest K that fits 1024 threads, x read once.
+    assert cfg("float32", 16, 320, 32, 64 * 64) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
+    assert cfg("float32", 8, 640, 32, 32 * 32) == ("fusion_groupnorm_reg_f32_v4_k24", 256, 864)
+    assert cfg("float32", 8, 1280, 32, 16 * 16) == ("fusion_groupnorm_reg_f32_v4_k16", 256, 640)
+    assert cfg("float16", 16, 320, 32, 64 * 64) == ("fusion_groupnorm_reg_f16_v8_k40", 512, 1024)
+    assert cfg("float16", 8, 640, 32, 32 * 32) == ("fusion_groupnorm_reg_f16_v8_k24", 256, 864)
+    assert cfg("float16", 128, 1280, 32, 16 * 16) == ("fusion_groupnorm_reg_f16_v8_k16", 4096, 640)
+    # Scalar packs: cols not a multiple of the vector, or unaligned pointers (at most K = 24).
+    assert cfg("float32", 3, 30, 5, 7) == ("fusion_groupnorm_reg_f32_v1_k8", 15, 32)
+    assert cfg("float16", 2, 64, 32, 64, vec_ok=False) == ("fusion_groupnorm_reg_f16_v1_k8", 64, 32)
+    assert cfg("float32", 1, 96, 1, 256, vec_ok=False) == ("fusion_groupnorm_reg_f32_v1_k24", 1, 1024)
+    # Too large for the registers: the three-pass loop.
+    assert cfg("float32", 1, 96, 1, 257, vec_ok=False) == ("fusion_groupnorm_loop_f32", 1, 1024)
+    assert cfg("float32", 16, 320, 32, 64 * 64, vec_ok=False)[0] == "fusion_groupnorm_loop_f32"
+    assert cfg("float32", 1, 4, 1, 10241) == ("fusion_groupnorm_loop_f32", 1, 1024)  # 40964 > 1024 x 40
+    assert cfg("float16", 1, 1, 1, 40968)[0] == "fusion_groupnorm_loop_f16"
+    with pytest.raises(ValueError, match="no groupnorm launch"):
+        cfg("float32", 1, 30, 4, 7)  # 4 groups do not divide 30 channels
+    with pytest.raises(ValueError, match="no groupnorm launch for bfloat16"):
+        cfg("bfloat16", 1, 32, 4, 7)
+    with pytest.raises(ValueError, match="no groupnorm kernel for bfloat16"):
+        pl.groupnorm_plan("bfloat16", 1, 64)
+    with pytest.raises(ValueError, match="nothing to launch"):
+        pl.groupnorm_plan("float16", 4, 0)
+
+
+def _groupnorm_instantiations() -> set[str]:
+    """The kernel names groupNormKernels.cuh's X-macros instantiate."""
+    text = (pl.plugin_src_dir() / "groupnorm" / "groupNormKernels.cuh").read_text()
+    body = lambda name: re.search(rf"#define {name}\([^)]*\)((?:[^\n]*\\\n)*[^\n]*)", text).group(1)  # noqa: E731
+    vec_ks = re.findall(r"X\(TN, T, VEC, (\d+)\)", body("FUSION_GROUPNORM_FOR_K"))
+    scalar_ks = re.findall(r"X\(TN, T, 1, (\d+)\)", body("FUSION_GROUPNORM_FOR_K_SCALAR"))
+    kernels = body("FUSION_GROUPNORM_KERNELS")
+    names = {f"fusion_groupnorm_reg_{tn}_v{v}_k{k}" for tn, v in re.findall(r"FOR_K\(XK, (\w+), \w+, (\d+)\)", kernels)
+             for k in vec_ks}  # fmt: skip
+    names |= {f"fusion_groupnorm_reg_{tn}_v1_k{k}" for tn in re.findall(r"FOR_K_SCALAR\(XK, (\w+), \w+\)", kernels)
+              for k in scalar_ks}  # fmt: skip
+    return names | {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
+
+
+def test_groupnorm_policy_mirrors_the_instantiations():
+    names = _groupnorm_instantiations()
+    assert len(names) == 2 * (5 + 3 + 1), sorted(names)
+    picked = {pl.groupnorm_plan(dtype, 1, cols, vec)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
+              for vec in (True, False)}  # fmt: skip
+    assert picked <= names, sorted(picked - names)  # the policy launches only what exists
+    assert names <= picked, sorted(names - picked)  # and every instantiation is reachable
+
+
+def test_groupnorm_gpu_cases_reach_every_kernel():
+    """tests/gpu/test_groupnorm_kernel.py's cases (run on the GPU) cover each instantiation."""
+    from tests.gpu.test_groupnorm_kernel import CASES, TOL, planned
+
+    reached = {planned(dtype, case) for dtype in TOL for case in CASES}
+    assert reached == _groupnorm_instantiations(), sorted(_groupnorm_instantiations() ^ reached)
 
 
 # ------------------------------------------------------------------ harness (GPU-free steps)

@@ -51,7 +51,9 @@ SPEC_HEADER_REL = Path("generated") / "plugin_specs.h"
 CREATOR_INTERFACE = ("PLUGIN CREATOR_V3ONE", 1, 0)
 PLUGIN_INTERFACE = ("PLUGIN", 1, 0)
 # Exported from the library; everything else (static cudart included) stays local.
-EXPORTS = ("getCreators", "setLoggerFinder", "fusion_norm_plan")
+# The launch policies' C entry points (tests compare them with Python's copies).
+PLAN_EXPORTS = ("fusion_norm_plan", "fusion_groupnorm_plan")
+EXPORTS = ("getCreators", "setLoggerFinder", *PLAN_EXPORTS)
 TRT_VERSIONS = (10, 8)
 
 
@@ -80,7 +82,7 @@ FLAVOURS = {
     10: Flavour(10, LIB_NAME, DESCRIBE_NAME, "describe.cpp", STAMP_NAME, "include", EXPORTS,
                 CREATOR_INTERFACE[:2], PLUGIN_INTERFACE[:2], ("trt8/",)),  # fmt: skip
     8: Flavour(8, "libfusion_plugins_trt8.so", "fusion_describe_trt8", "describe8.cpp", "build_trt8.json",
-               "include_trt8", ("fusion_trt8_register", "fusion_norm_plan"), ("IPluginCreator", 8),
+               "include_trt8", ("fusion_trt8_register", *PLAN_EXPORTS), ("IPluginCreator", 8),
                ("IPluginV2DynamicExt", 8), V3_GLUE),  # fmt: skip
 }
 # Our own TensorRT 8 declarations, used when no real 8.x headers are given.
@@ -897,29 +899,66 @@ def library_norm_plan(
 
 
 GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
+# Mirrors plugin_src/groupnorm/groupNormKernels.cuh / groupNormLaunch.cu (tests compare both).
+GROUPNORM_THREADS = 1024
+GROUPNORM_KS = (8, 16, 24, 32, 40)  # elements per thread of the register path (vector packs)
+GROUPNORM_MAX_K_SCALAR = 24  # VEC = 1: K above spills (ptxas)
 
 
-def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int) -> tuple[str, int, int]:
-    """(kernel name, grid, block) the FusedGroupNorm plugin uses (see groupnorm/groupNormLaunch.cu)."""
-    if dtype not in GROUPNORM_DTYPES or groups <= 0 or channels % groups:
-        raise ValueError(f"no groupnorm launch for {dtype}, {channels} channels in {groups} groups")
-    rows, cols = n * groups, channels // groups * spatial
+def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int]:
+    """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
+    the register path with the smallest K that fits 1024 threads, else the loop path."""
+    if dtype not in GROUPNORM_DTYPES:
+        raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
         raise ValueError(f"nothing to launch for rows={rows} cols={cols}")
-    threads = min(1024, max(32, _ceil_div(_ceil_div(cols, 4), 32) * 32))
-    return f"fusion_groupnorm_{GROUPNORM_DTYPES[dtype]}", min(rows, _INT_MAX), threads
+    tag, vmax = GROUPNORM_DTYPES[dtype], _VEC_MAX[dtype]
+    vec = vmax if vec_ok and cols % vmax == 0 else 1
+    nv = cols // vec
+    for k in GROUPNORM_KS if vec > 1 else [k for k in GROUPNORM_KS if k <= GROUPNORM_MAX_K_SCALAR]:
+        packs = k // vec
+        if nv <= GROUPNORM_THREADS * packs:
+            block = _ceil_div(_ceil_div(nv, packs), 32) * 32
+            return f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", min(rows, _INT_MAX), block
+    return f"fusion_groupnorm_loop_{tag}", min(rows, _INT_MAX), GROUPNORM_THREADS
+
+
+def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int,
+                            vec_ok: bool = True) -> tuple[str, int, int]:  # fmt: skip
+    """(kernel name, grid, block) the FusedGroupNorm plugin uses for x [n, channels, spatial]
+    (vec_ok: x and y 16-byte aligned)."""
+    if dtype not in GROUPNORM_DTYPES or groups <= 0 or channels % groups:
+        raise ValueError(f"no groupnorm launch for {dtype}, {channels} channels in {groups} groups")
+    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok)
 
 
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
                      groups: int, spatial: int, eps: float, silu: bool) -> str:  # fmt: skip
-    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream)."""
+    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream).
+    Returns the kernel's name."""
     import numpy as np  # noqa: PLC0415
 
-    name, grid, block = groupnorm_launch_config(dtype, n, channels, groups, spatial)
+    aligned = x % 16 == 0 and y % 16 == 0
+    name, grid, block = groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
     module.get_function(name)((grid,), (block,), args)
     return name
+
+
+def library_groupnorm_plan(
+    lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True
+) -> tuple[str, int, int] | None:
+    """The GroupNorm launch the built library would make (its exported ``fusion_groupnorm_plan``); no GPU needed."""
+    fn = ctypes.CDLL(str(lib)).fusion_groupnorm_plan
+    c = ctypes
+    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_char_p, c.c_int, c.POINTER(c.c_longlong),
+                   c.POINTER(c.c_int)]  # fmt: skip
+    fn.restype = c.c_int
+    name = c.create_string_buffer(64)
+    grid, block = c.c_longlong(), c.c_int()
+    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), name, 64, c.byref(grid), c.byref(block))
+    return None if rc != 0 else (name.value.decode(), grid.value, block.value)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

@@ -1,11 +1,20 @@
-// GroupNorm forward on NC* tensors: one CTA per (n, group).  A group's C / G channels are
-// contiguous (cols = C / G * spatial elements), so each group is a row of [N * G, cols].
+// GroupNorm forward on NC* tensors: one CTA per (n, group), rows grid-strided.  A group's
+// C / G channels are contiguous (cols = C / G * spatial elements), so each group is a row of
+// [N * G, cols]; the channel of element i of a row is firstChannel + i / spatial.
 //
 // Device code only, no TensorRT: the same source compiles under nvcc (plugin library) and
-// NVRTC (cupy.RawModule, tests/gpu).  Two-pass statistics in fp32: the mean, then the sum of
-// squared deviations from it (no cancellation for groups with a large mean); the third pass
-// normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).  Passes 2 and 3
-// re-read the group (L2-resident for the group sizes of diffusion UNets).
+// NVRTC (cupy.RawModule, tests/gpu).  Statistics in fp32, two-pass (common/normKernels.cuh
+// cachedStats: the mean of deviations from the row's first element, then the sum of squared
+// deviations from the mean: no cancellation for groups with a large mean); the last step
+// normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
+//
+// Two paths:
+//   reg  - the group held in registers: each thread caches K elements as K / VEC packs of T
+//          (fp16 stays packed, two per register), so x is read once and y written once.
+//          VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
+//          (rows then start aligned), else 1.  cols <= 1024 * K.
+//   loop - any cols: three passes over the group (mean, squared deviations, normalize);
+//          passes 2 and 3 re-read it from L2.
 #pragma once
 
 #include "common/normKernels.cuh"
@@ -13,8 +22,97 @@
 namespace fusion_kernels
 {
 
+// y for one element: ((x - pivot) - shift) * scale * g + b, then SiLU if asked.
+__device__ __forceinline__ float groupNormValue(float x, RowStats s, float g, float b, int silu)
+{
+    float v = ((x - s.pivot) - s.shift) * s.scale * g + b;
+    if (silu)
+    {
+        v = v / (1.F + expf(-v));
+    }
+    return v;
+}
+
+// The group of each row cached in registers: K elements (K / VEC packs) per thread.
+template <typename T, int VEC, int K>
+__device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
+    T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
+    int silu)
+{
+    static_assert(K % VEC == 0, "K must be a multiple of VEC");
+    constexpr int N = K / VEC;
+    using P = Pack<T, VEC>;
+    __shared__ float buf[2][32];
+    int const perGroup = channels / groups;
+    int const cols = perGroup * spatial; // <= 1024 * K: the launcher checks
+    int const nv = cols / VEC;
+    int const tid = threadIdx.x;
+    int const step = blockDim.x;
+    unsigned const uspatial = static_cast<unsigned>(spatial);
+    // Packs tid, tid + step, ... below nv are this thread's: the first `mine` of its N slots.
+    // (One bound instead of N index compares keeps the predicates out of the register budget.)
+    int const mine = tid < nv ? (nv - tid + step - 1) / step : 0;
+    // A pack's elements share one channel when rows of a channel are whole packs.
+    bool const packChannel = VEC == 1 || spatial % VEC == 0;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
+    {
+        P const* xr = reinterpret_cast<P const*>(x + row * cols);
+        P* yr = reinterpret_cast<P*>(y + row * cols);
+        int const firstChannel = static_cast<int>(row % groups) * perGroup;
+        T const* gr = gamma + firstChannel;
+        T const* br = beta + firstChannel;
+        P cache[N];
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            if (i < mine)
+            {
+                cache[i] = xr[tid + i * step];
+            }
+        }
+        float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
+        // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
+        RowStats const s = cachedStats<T, VEC, N, false>(
+            cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return blockSum(v, buf[k]); });
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            int const idx = tid + i * step;
+            if (i < mine)
+            {
+                unsigned const first = static_cast<unsigned>(idx) * VEC;
+                P out;
+                if (packChannel)
+                {
+                    unsigned const c = first / uspatial;
+                    float const g = toFloat(gr[c]);
+                    float const b = toFloat(br[c]);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                    {
+                        out.v[e] = fromFloat<T>(groupNormValue(toFloat(cache[i].v[e]), s, g, b, silu));
+                    }
+                }
+                else
+                {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                    {
+                        unsigned const c = (first + e) / uspatial;
+                        out.v[e] = fromFloat<T>(
+                            groupNormValue(toFloat(cache[i].v[e]), s, toFloat(gr[c]), toFloat(br[c]), silu));
+                    }
+                }
+                yr[idx] = out;
+            }
+        }
+        __syncthreads(); // buf is rewritten by the next row
+    }
+}
+
+// Groups too large for the register cache: reads each group three times (L2-resident).
 template <typename T>
-__device__ __forceinline__ void groupNormRows(T const* __restrict__ x, T const* __restrict__ gamma,
+__device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, long long spatial,
     float eps, int silu)
 {
@@ -27,28 +125,24 @@ __device__ __forceinline__ void groupNormRows(T const* __restrict__ x, T const* 
         T const* xr = x + row * cols;
         T* yr = y + row * cols;
         int const firstChannel = static_cast<int>(row % groups) * perGroup;
+        float const pivot = toFloat(xr[0]);
         float s = 0.F;
         for (long long i = threadIdx.x; i < cols; i += blockDim.x)
         {
-            s += toFloat(xr[i]);
+            s += toFloat(xr[i]) - pivot;
         }
-        float const mean = blockSum(s, buf[0]) * inverseCols;
+        float const shift = blockSum(s, buf[0]) * inverseCols;
         float q = 0.F;
         for (long long i = threadIdx.x; i < cols; i += blockDim.x)
         {
-            float const d = toFloat(xr[i]) - mean;
+            float const d = (toFloat(xr[i]) - pivot) - shift;
             q += d * d;
         }
-        float const scale = rsqrtf(blockSum(q, buf[1]) * inverseCols + eps);
+        RowStats const st{pivot, shift, rsqrtf(blockSum(q, buf[1]) * inverseCols + eps)};
         for (long long i = threadIdx.x; i < cols; i += blockDim.x)
         {
             int const c = firstChannel + static_cast<int>(i / spatial);
-            float v = (toFloat(xr[i]) - mean) * scale * toFloat(gamma[c]) + toFloat(beta[c]);
-            if (silu)
-            {
-                v = v / (1.F + expf(-v));
-            }
-            yr[i] = fromFloat<T>(v);
+            yr[i] = fromFloat<T>(groupNormValue(toFloat(xr[i]), st, toFloat(gamma[c]), toFloat(beta[c]), silu));
         }
         __syncthreads(); // the next row writes buf again
     }
@@ -56,15 +150,55 @@ __device__ __forceinline__ void groupNormRows(T const* __restrict__ x, T const* 
 
 } // namespace fusion_kernels
 
-// (x, gamma, beta, y, rows = N * G, channels, groups, spatial, eps, silu)
+// ---------------------------------------------------------------------------------------
+// extern "C" entry points, all with the signature
+//   (x, gamma, beta, y, rows = N * G, channels, groups, spatial, eps, silu):
+//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>   register path, K elements per thread
+//   fusion_groupnorm_loop_<dtype>              three-pass path, any cols
+// The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
+// (groupNormLaunch.cu) declares them and builds its table from the same lists.
+//
+// K: the smallest listed with cols <= threads * K (threads <= 1024) is launched.  Register
+// budget: __launch_bounds__(1024, 1) gives a thread 64 registers; ptxas -v (CUDA 13.0, sm_80 and
+// sm_90) shows no spills up to K = 40 for the vector packs (fp32 K = 40: 40 registers of cache,
+// 64 in all) but spills for scalar fp32 from K = 32 (each element's own address and channel),
+// hence K <= 24 on the scalar path.  40 covers the largest SD-UNet group (320 channels / 32
+// groups x 64 x 64 = 40960).  Vector K = 8 and the loop path ask for 2 CTAs per SM (<= 32
+// registers, still no spills; scalar K = 8 would spill) so that one CTA's loads overlap
+// another's reductions.  Larger groups take
+// the loop path.
+#define FUSION_GROUPNORM_THREADS 1024
+#define FUSION_GROUPNORM_MAX_K 40        // vector path
+#define FUSION_GROUPNORM_MAX_K_SCALAR 24 // VEC = 1
+#define FUSION_GROUPNORM_MIN_BLOCKS(VEC, K) ((K) <= 8 && (VEC) > 1 ? 2 : 1)
+
+#define FUSION_GROUPNORM_FOR_K_SCALAR(X, TN, T) X(TN, T, 1, 8) X(TN, T, 1, 16) X(TN, T, 1, 24)
+#define FUSION_GROUPNORM_FOR_K(X, TN, T, VEC)                                                                      \
+    X(TN, T, VEC, 8) X(TN, T, VEC, 16) X(TN, T, VEC, 24) X(TN, T, VEC, 32) X(TN, T, VEC, 40)
+
+// XK(tn, T, vec, k) for the register path, XL(tn, T) for the loop path.
+#define FUSION_GROUPNORM_KERNELS(XK, XL)                                                                           \
+    FUSION_GROUPNORM_FOR_K(XK, f32, float, 4)                                                                      \
+    FUSION_GROUPNORM_FOR_K_SCALAR(XK, f32, float)                                                                  \
+    FUSION_GROUPNORM_FOR_K(XK, f16, __half, 8)                                                                     \
+    FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
+    XL(f32, float) XL(f16, __half)
+
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
     (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \
         long long rows, int channels, int groups, long long spatial, float eps, int silu)
 
-#define FUSION_GROUPNORM_DEFINE(TN, T)                                                                             \
-    extern "C" __global__ void fusion_groupnorm_##TN FUSION_GROUPNORM_PARAMS(T)                                    \
+#define FUSION_GROUPNORM_DEFINE_K(TN, T, VEC, K)                                                                   \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, FUSION_GROUPNORM_MIN_BLOCKS(VEC, K))    \
+        fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                       \
     {                                                                                                              \
-        fusion_kernels::groupNormRows<T>(x, gamma, beta, y, rows, channels, groups, spatial, eps, silu);          \
+        fusion_kernels::groupNormRegRows<T, VEC, K>(                                                               \
+            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 
-#define FUSION_GROUPNORM_KERNELS(X) X(f32, float) X(f16, __half)
+#define FUSION_GROUPNORM_DEFINE_LOOP(TN, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 2)                                     \
+        fusion_groupnorm_loop_##TN FUSION_GROUPNORM_PARAMS(T)                                                      \
+    {                                                                                                              \
+        fusion_kernels::groupNormLoopRows<T>(x, gamma, beta, y, rows, channels, groups, spatial, eps, silu);      \
+    }

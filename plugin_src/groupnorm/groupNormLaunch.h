@@ -1,4 +1,5 @@
-// Host launcher for the GroupNorm kernel (no TensorRT: shared by both plugin flavours).
+// Host launcher for the GroupNorm kernels (no TensorRT: shared by both plugin flavours and the
+// C entry point the tests use to compare the launch policy with Python's copy).
 #pragma once
 
 #include "common/normLaunch.h"
@@ -9,9 +10,11 @@
 namespace fusion
 {
 
-// Threads per CTA for groups of `cols` elements: about 4 elements per thread, 32 ... 1024.
-// Keep in sync with fusion/plugins/library.py:groupnorm_launch_config.
-int32_t groupNormThreads(int64_t cols);
+// Kernel, grid and block for rows = N * G groups of cols elements: the register path with the
+// smallest K (elements per thread) for which cols fits 1024 threads, else the loop path.
+// vecOk: x and y are 16-byte aligned.  Keep in sync with
+// fusion/plugins/library.py:groupnorm_launch_config (a test compares the two).
+NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk);
 
 // y = groupnorm(x) * gamma[c] + beta[c] (then SiLU if silu) for x [n, channels, spatial...].
 // Returns the launch error; cudaErrorInvalidValue for bad sizes or a type it has no kernel for.

@@ -1,25 +1,57 @@
-"""The FusedGroupNorm kernel (the plugin's own source, via cupy.RawModule) against a float64
-NumPy reference: UNet shapes, odd sizes, rank 2, a large mean, fp32/fp16, with and without the
-fused SiLU.  Skipped without CuPy and a GPU (written for the next session with the H100)."""
+"""The FusedGroupNorm kernels (the plugin's own source, via cupy.RawModule) against a float64
+NumPy reference: every register-path instantiation (each K, vector and scalar packs, fp32/fp16),
+unaligned pointers, odd sizes, spatial sizes that split a vector between channels, the loop
+path for large groups, rank 2 and 5, a large mean, with and without the fused SiLU.  Skipped
+without CuPy and a GPU; tests/test_plugins.py checks (without a GPU) that CASES reach every
+kernel the library instantiates."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fusion.plugins.library import launch_groupnorm, load_kernel_module
-
-pytestmark = pytest.mark.gpu
+from fusion.plugins.library import groupnorm_launch_config, launch_groupnorm, load_kernel_module
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
-SHAPES = [
-    ((2, 64, 8, 8), 32),  # a UNet block
-    ((1, 320, 16, 16), 32),  # batch 1: few CTAs
-    ((3, 30, 7), 5),  # C / G = 6, spatial 7: no aligned rows
-    ((4, 16), 4),  # rank 2: spatial 1
-    ((2, 8, 3, 5, 7), 2),  # rank 5
-    ((1, 32, 96, 96), 1),  # one group of 295k elements: the grid-stride loops
+# (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
+# The comments name the kernel fp32 / fp16 get (groupnorm_launch_config; checked below).
+CASES = [
+    ((2, 64, 8, 8), 32, 0),  # cols 128: v4_k8 / v8_k8
+    ((1, 320, 16, 16), 32, 0),  # batch 1 (few CTAs), cols 2560: v4_k8 / v8_k8
+    ((2, 64, 48, 48), 16, 0),  # cols 9216: v4_k16 / v8_k16
+    ((2, 1280, 16, 16), 32, 0),  # SD-UNet 1280x16x16, cols 10240: v4_k16 / v8_k16
+    ((2, 640, 32, 32), 32, 0),  # SD-UNet 640x32x32, cols 20480: v4_k24 / v8_k24
+    ((2, 96, 32, 32), 4, 0),  # cols 24576: v4_k24 / v8_k24
+    ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k32 / v8_k32
+    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 / v8_k40
+    ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k40, packs span channels
+    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: loop
+    ((1, 64, 64, 64), 2, 0),  # cols 131072: loop
+    ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
+    ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k8 / v8_k8, packs span channels
+    ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k8 / v8_k8 (fp16 packs span channels)
+    ((4, 16), 4, 0),  # rank 2, spatial 1, cols 4: v4_k8 (a channel per element) / v1_k8
+    ((2, 8, 3, 5, 7), 2, 0),  # rank 5, cols 420: v4_k8 / v1_k8
+    ((2, 64, 8, 8), 32, 1),  # unaligned x, y, cols 128: v1_k8
+    ((2, 40, 25, 25), 2, 1),  # unaligned, cols 12500: v1_k16
+    ((1, 96, 16, 16), 1, 1),  # unaligned, cols 24576: v1_k24 (the scalar path's largest)
+    ((2, 5, 5005), 1, 0),  # cols 25025, odd, > 1024 x 24: loop
+    ((1, 32, 100, 100), 4, 1),  # unaligned, cols 80000: loop
+    ((1, 32, 96, 96), 1, 0),  # one group of 295k elements: the loop path's grid-stride loops
 ]
+
+
+def case_id(case) -> str:
+    shape, groups, offset = case
+    return f"{'x'.join(map(str, shape))}_g{groups}" + (f"_off{offset}" if offset else "")
+
+
+def planned(dtype: str, case) -> str:
+    """The kernel the launch policy picks for a case (offset elements past an aligned base)."""
+    shape, groups, offset = case
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    itemsize = np.dtype(dtype).itemsize
+    return groupnorm_launch_config(dtype, shape[0], shape[1], groups, spatial, (offset * itemsize) % 16 == 0)[0]
 
 
 def reference(x, g, b, groups, eps, silu):
@@ -40,33 +72,54 @@ def module(cp):
     return m
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("silu", [False, True])
 @pytest.mark.parametrize("dtype", sorted(TOL))
-@pytest.mark.parametrize("shape,groups", SHAPES, ids=[f"{'x'.join(map(str, s))}_g{g}" for s, g in SHAPES])
-def test_groupnorm_kernel_matches_numpy(cp, module, kernel_report, shape, groups, dtype, silu):
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_groupnorm_kernel_matches_numpy(cp, module, kernel_report, case, dtype, silu):
+    shape, groups, offset = case
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(shape) * 2 + 8).astype(dtype)  # a large mean: the two-pass variance
     c = shape[1]
     g = rng.uniform(-1.5, 1.5, c).astype(dtype)
     b = rng.uniform(-1.5, 1.5, c).astype(dtype)
-    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
-    dy = cp.full(shape, np.nan, dtype=dtype)
+    xbuf = cp.zeros(x.size + offset, dtype=dtype)
+    xbuf[offset:] = cp.asarray(x.ravel())
+    ybuf = cp.full(x.size + offset, np.nan, dtype=dtype)
+    dx, dy = xbuf[offset:], ybuf[offset:]
+    dg, db = cp.asarray(g), cp.asarray(b)
     spatial = int(np.prod(shape[2:], dtype=np.int64))
     name = launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], c, groups,
                             spatial, 1e-5, silu)  # fmt: skip
     cp.cuda.runtime.deviceSynchronize()
-    got = cp.asnumpy(dy).astype(np.float64)
+    assert name == planned(dtype, case)
+    got = cp.asnumpy(dy).astype(np.float64).reshape(shape)
     want = reference(x, g, b, groups, 1e-5, silu)
     atol, rtol = TOL[dtype]
     err = np.abs(got - want)
-    kernel_report.append({"kernel": name, "shape": list(shape), "groups": groups, "silu": silu,
+    kernel_report.append({"kernel": name, "shape": list(shape), "groups": groups, "offset": offset, "silu": silu,
                           "max_abs_err": float(err.max())})  # fmt: skip
     assert np.all(np.isfinite(got))
     assert np.all(err <= atol + rtol * np.abs(want)), float(err.max())
+    if offset:
+        assert bool(cp.isnan(ybuf[:offset]).all())  # nothing written before y
 
 
-def test_groupnorm_empty_batch_launches_nothing(cp, module):
-    from fusion.plugins.library import groupnorm_launch_config
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", sorted(TOL))
+def test_groupnorm_constant_group_is_beta(cp, module, dtype):
+    """A constant group (variance 0) normalizes to 0: y = beta, no NaN from the register path."""
+    shape, groups = (2, 320, 16, 16), 32
+    x = np.full(shape, 3.0, dtype=dtype)
+    g = np.ones(shape[1], dtype=dtype)
+    b = np.linspace(-1, 1, shape[1]).astype(dtype)
+    dy = cp.full(shape, np.nan, dtype=dtype)
+    launch_groupnorm(module, dtype, cp.asarray(x).data.ptr, cp.asarray(g).data.ptr, cp.asarray(b).data.ptr,
+                     dy.data.ptr, shape[0], shape[1], groups, 256, 1e-5, False)  # fmt: skip
+    got = cp.asnumpy(dy).astype(np.float64)
+    np.testing.assert_allclose(got, np.broadcast_to(b.astype(np.float64).reshape(1, -1, 1, 1), shape), atol=1e-6)
 
+
+def test_groupnorm_empty_batch_launches_nothing():
     with pytest.raises(ValueError, match="nothing to launch"):
         groupnorm_launch_config("float32", 0, 64, 32, 64)
