@@ -78,9 +78,11 @@ BOOL_FLATTEN_NOTE = ("the {tag} export has a bool Flatten on the attention mask,
 # --------------------------------------------------------------------------- selection
 
 
-def select(families: list[str] | None = None, precisions: tuple[str, ...] = ("fp32", "fp16")) -> list[dict[str, Any]]:
+def select(families: list[str] | None = None, precisions: tuple[str, ...] = ("fp32", "fp16"),
+           prefer: tuple[str, int] | None = None) -> list[dict[str, Any]]:
     """One manifest record per family and precision, fp32 of every family first, then fp16.
-    Each gets ``why`` when it is not the legacy opset-13 export."""
+    Each gets ``why`` when it is not the preferred export (``prefer``, else legacy opset 13)."""
+    order = [prefer, *(t for t in PREFERENCE if t != prefer)] if prefer else PREFERENCE
     every = load_manifest(include_skipped=True)
     recs = [r for r in every if r.get("status", "ok") == "ok" and fixture_path(r).is_file()]
     skipped = {r["file"]: r.get("reason") for r in every if r not in recs}
@@ -92,12 +94,13 @@ def select(families: list[str] | None = None, precisions: tuple[str, ...] = ("fp
     for dtype in precisions:
         for fam in fams:
             by_tag = {(r["exporter"], r["opset"]): r for r in recs if r["family"] == fam and r["dtype"] == dtype}
-            for k, tag in enumerate(PREFERENCE):
+            for k, tag in enumerate(order):
                 if tag in by_tag:
                     rec = dict(by_tag[tag])
                     if k:
-                        op13 = f"{fam}_legacy_op13_{dtype}.onnx"
-                        rec["why"] = f"no legacy opset-13 {dtype} export ({str(skipped.get(op13) or 'absent')[:120]})"
+                        first = f"{fam}_{order[0][0]}_op{order[0][1]}_{dtype}.onnx"
+                        rec["why"] = (f"no {order[0][0]} opset-{order[0][1]} {dtype} export "
+                                      f"({str(skipped.get(first) or 'absent')[:120]})")  # fmt: skip
                     out.append(rec)
                     break
     return out
@@ -467,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
             "pass": "built, our plugin layers == fused nodes (per op), verified at min/opt/max, and again after reload",
             "tolerances": "fusion.verify defaults by output dtype (fp32 1e-4 abs / 1e-3 rel; fp16 2e-2 / 2e-2)",
             "inputs": "random at each profile's min/opt/max; attention masks keep their first token (trt_verify.keep_first_token)"}  # fmt: skip
-    recs = select(args.families.split(",") if args.families else None, tuple(args.precisions.split(",")))[: args.limit]
+    recs = select(args.families.split(",") if args.families else None, tuple(args.precisions.split(",")), args.prefer)[: args.limit]
     rows: list[dict] = []
     jobs: list[dict] = []
     sources: dict[str, Any] = {}
@@ -572,6 +575,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _export_tag(v: str) -> tuple[str, int]:
+    exporter, _, opset = v.partition(":")
+    if exporter not in ("legacy", "dynamo") or not opset.isdigit():
+        raise argparse.ArgumentTypeError(f"{v!r}: expected EXPORTER:OPSET, e.g. legacy:17")
+    return exporter, int(opset)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="bench/trt_e2e_fixtures.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print the selected fixtures and stop")
@@ -587,6 +597,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--fused-budget-s", type=float, default=200, help="start no fused model after this many seconds")
     ap.add_argument("--reload-limit-s", type=float, default=90, help="time limit of the reload process")
     ap.add_argument("--timing-cache", help="TensorRT timing cache shared by every build")
+    ap.add_argument("--prefer", type=_export_tag, help="the export to pick per family, EXPORTER:OPSET "
+                    "(default legacy:13; e.g. legacy:17, whose models carry native LayerNormalization)")
     ap.add_argument("--passes", type=lambda v: [p.strip() for p in v.split(",") if p.strip()], default=PASSES,
                     help=f"fusion passes, comma-separated (default: {','.join(PASSES)})")
     ap.add_argument("--commit", default=os.environ.get("FUSION_COMMIT", "unknown"))
@@ -605,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("fusion").setLevel(logging.ERROR)
     if args.reload:
         return reload_child(args.reload, args.plugins)
-    recs = select(args.families.split(",") if args.families else None, tuple(args.precisions.split(",")))[: args.limit]
+    recs = select(args.families.split(",") if args.families else None, tuple(args.precisions.split(",")), args.prefer)[: args.limit]
     if args.list:
         for rec in recs:
             _, note = source_model(rec)

@@ -33,22 +33,22 @@ from bench.trt_verify import build_and_check, corner_inputs, device_name, model_
 
 LOG = logging.getLogger("trt_e2e_models")
 
-# name -> (export in trt_engines.MODELS, input, dim ranges (lo, hi), opt dims)
-SIZES: dict[str, tuple[str, str, dict[str, tuple[int, int]], dict[str, int]]] = {
-    "bert": ("bert", "input_ids", {"batch": (1, 8), "seq": (16, 128)}, {"batch": 8, "seq": 128}),
-    "bert384": ("bert", "input_ids", {"batch": (1, 8), "seq": (16, 384)}, {"batch": 8, "seq": 384}),
-    "vit": ("vit", "pixel_values", {"batch": (1, 8)}, {"batch": 8}),
-    "gpt2": ("gpt2", "input_ids", {"batch": (1, 8), "seq": (16, 128)}, {"batch": 8, "seq": 128}),
-    "llama": ("llama", "input_ids", {"batch": (1, 8), "seq": (16, 128)}, {"batch": 8, "seq": 128}),
+# name -> (export in trt_engines.MODELS, inputs, dim ranges (lo, hi), opt dims)
+SIZES: dict[str, tuple[str, tuple[str, ...], dict[str, tuple[int, int]], dict[str, int]]] = {
+    "bert": ("bert", ("input_ids",), {"batch": (1, 8), "seq": (16, 128)}, {"batch": 8, "seq": 128}),
+    "bert384": ("bert", ("input_ids",), {"batch": (1, 8), "seq": (16, 384)}, {"batch": 8, "seq": 384}),
+    "vit": ("vit", ("pixel_values",), {"batch": (1, 8)}, {"batch": 8}),
+    "gpt2": ("gpt2", ("input_ids", "attention_mask"), {"batch": (1, 8), "seq": (16, 128)}, {"batch": 8, "seq": 128}),
+    "llama": ("llama", ("input_ids", "attention_mask"), {"batch": (1, 8), "seq": (16, 128)}, {"batch": 8, "seq": 128}),
 }
 
 
 def record(name: str, precision: str, models_dir: Path) -> dict[str, Any]:
     """A manifest-like record for one exported model at one precision (what the fixture rows use)."""
-    export, inp, ranges, opt = SIZES[name]
+    export, inputs, ranges, opt = SIZES[name]
     return {"family": name, "file": f"{name}_{precision}.onnx", "path": str(models_dir / f"{export}.onnx"),
             "exporter": "legacy", "opset": 13, "dtype": precision, "what": MODELS[export]["what"],
-            "inputs": [{"name": inp, "ranges": {d: list(r) for d, r in ranges.items()}, "export_dims": opt}]}  # fmt: skip
+            "inputs": [{"name": i, "ranges": {d: list(r) for d, r in ranges.items()}, "export_dims": opt} for i in inputs]}  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -75,6 +75,7 @@ MODELS = {
               "seq": 128, "vocab": 32000},  # fmt: skip
 }
 TOKEN_MODELS = ("bert", "bert4", "gpt2", "llama")
+CAUSAL_MODELS = ("gpt2", "llama")  # exported with an attention_mask input too
 
 
 # -- export (the GPU machine's python3: torch + transformers) -----------------------------------
@@ -126,17 +127,20 @@ def export(model: str, out_dir: Path) -> Path:
             super().__init__()
             self.inner = inner
 
-        def forward(self, x):
-            extra = {"use_cache": False} if model in ("gpt2", "llama") else {}
+        def forward(self, x, *mask):
+            extra = {"use_cache": False, "attention_mask": mask[0]} if model in CAUSAL_MODELS else {}
             return self.inner(**{name: x}, **extra).last_hidden_state
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{model}.onnx"
     out_axes = {0: "batch", 1: "seq"} if model in TOKEN_MODELS else {0: "batch"}
+    args, names, dyn = (example,), [name], {name: axes, "last_hidden_state": out_axes}
+    if model in CAUSAL_MODELS:  # without a mask, transformers 5 looks for packed sequences (aten::diff: no ONNX)
+        args, names = (example, torch.ones_like(example)), [name, "attention_mask"]
+        dyn["attention_mask"] = axes
     with torch.no_grad():
-        torch.onnx.export(LastHidden(net), (example,), str(path), input_names=[name], output_names=["last_hidden_state"],
-                          dynamic_axes={name: axes, "last_hidden_state": out_axes}, opset_version=13,
-                          do_constant_folding=True, dynamo=False)  # fmt: skip
+        torch.onnx.export(LastHidden(net), args, str(path), input_names=names, output_names=["last_hidden_state"],
+                          dynamic_axes=dyn, opset_version=13, do_constant_folding=True, dynamo=False)  # fmt: skip
     print(f"{path}: {path.stat().st_size / 1e6:.0f} MB ({spec['what']})")
     return path
 
@@ -169,7 +173,8 @@ def make_feed(model: str, proto, profile: dict[str, Any], seed: int = 0) -> dict
     rng = np.random.default_rng(seed)
     if model in TOKEN_MODELS:
         vocab = MODELS[model]["vocab"]
-        return {"input_ids": rng.integers(0, vocab, (profile["batch"], profile["seq"])).astype(np.int64)}
+        ids = rng.integers(0, vocab, (profile["batch"], profile["seq"])).astype(np.int64)
+        return {"input_ids": ids, **({"attention_mask": np.ones_like(ids)} if model in CAUSAL_MODELS else {})}
     size = MODELS["vit"]["image"]
     return {"pixel_values": rng.standard_normal((profile["batch"], 3, size, size)).astype(np.float32)}
 
