@@ -10,7 +10,7 @@
 #   python bench/trt_e2e_fixtures.py --make-references .trt-bundle/refs
 # Set FUSION_COMMIT (the device copy has no .git).  Knobs: E2E_LIMIT_S (hard limit, 345),
 # E2E_BUDGET_S (no unfused build starts after it, 290), E2E_FUSED_BUDGET_S (no fused model
-# starts after it, 190).  Writes $OUT/trt_e2e_fixtures.json (row by row), run.log.
+# starts after it, 190), E2E_TIMING_CACHE (a file, or empty for none).  Writes $OUT/trt_e2e_fixtures.json (row by row), run.log.
 set -u
 cd "$(dirname "$0")/.."
 LIB=${1:?usage: bench/run_gpu_families.sh LIB [args]}
@@ -40,12 +40,16 @@ export FUSION_CUBLASLT=$L
     echo "FUSION_CUBLASLT=$L"
     py310 -c 'import tensorrt, onnxruntime; print("tensorrt", tensorrt.__version__, "onnxruntime", onnxruntime.__version__)'
 } 2>&1 | tee "$OUT/run.log"
-REFS=()
-[ -d .trt-bundle/refs ] && REFS=(--references .trt-bundle/refs)
+EXTRA=()
+[ -d .trt-bundle/refs ] && EXTRA=(--references .trt-bundle/refs)
+# One timing cache across fixtures; E2E_TIMING_CACHE= (empty) for none: TensorRT 8.5 refuses a
+# cache that Myelin graphs of other models wrote ("Myelin error from unknown graph").
+TC=${E2E_TIMING_CACHE-/tmp/trt85_e2e_timing.cache}
+[ -n "$TC" ] && EXTRA+=(--timing-cache "$TC")
 timeout --kill-after=10 "${E2E_LIMIT_S:-345}" bash -c 'py310 "$@"' _ bench/trt_e2e_fixtures.py \
     --plugins "$LIB" --out "$OUT/trt_e2e_fixtures.json" --commit "${FUSION_COMMIT:-unknown}" \
-    --timing-cache /tmp/trt85_e2e_timing.cache --budget-s "${E2E_BUDGET_S:-290}" \
-    --fused-budget-s "${E2E_FUSED_BUDGET_S:-190}" ${REFS[@]+"${REFS[@]}"} "$@" 2>&1 | tee -a "$OUT/run.log"
+    --budget-s "${E2E_BUDGET_S:-290}" \
+    --fused-budget-s "${E2E_FUSED_BUDGET_S:-190}" ${EXTRA[@]+"${EXTRA[@]}"} "$@" 2>&1 | tee -a "$OUT/run.log"
 rc=${PIPESTATUS[0]}
 echo "rc=$rc" | tee -a "$OUT/run.log"
 exit "$rc"
