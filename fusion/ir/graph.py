@@ -295,9 +295,22 @@ class ModelGraph:
         except Exception as e:  # inference is best effort: patterns then see unknown shapes
             log.debug("shape inference failed: %s", e)
             return
-        infos: dict[str, onnx.ValueInfoProto] = {}
         nested = any(s.kind == "subgraph" for s in self.scopes)
-        for g in _walk_graph_protos(inferred) if nested else [inferred.graph]:
+        if not nested:  # one graph: each inferred value straight to its tensor, the first of a name
+            tensors, seen = self.scopes[0].ir.tensors, set()
+            g = inferred.graph
+            for vi in (*g.value_info, *g.output, *g.input):
+                name = vi.name
+                if name in seen:
+                    continue
+                seen.add(name)
+                t = tensors.get(name)
+                if t is None or t.const is not None or (t.dtype is not None and t.shape is not None):
+                    continue
+                t.add_info(vi)
+            return
+        infos: dict[str, onnx.ValueInfoProto] = {}
+        for g in _walk_graph_protos(inferred):
             for vi in (*g.value_info, *g.output, *g.input):
                 infos.setdefault(vi.name, vi)
         for scope in self.scopes:

@@ -121,6 +121,7 @@ class Editor:
         self._admitted: dict[tuple, str | None] = {}  # (op_type, distinct uses) -> reason or None
         self._distinct: dict[str, dict[functions.Use, None]] = {}  # committed uses per op, once each
         self._dead: tuple[set[str], dict[tuple, list[int]]] | None = None  # what apply drops (found once)
+        self._built: dict[tuple[str, int], onnx.FunctionProto | str] = {}  # function bodies apply attaches
 
     def admit(self, spec: specs.PluginSpec, new_uses: list[functions.Use]) -> None:
         """Raise Reject unless one function body can define every node of ``spec`` with ``new_uses``."""
@@ -328,7 +329,10 @@ class Editor:
         opset = default_opset(model.opset_import)
         for op_type in sorted(self.plugin_uses):
             spec, uses, _ = self.plugin_uses[op_type]
-            fn = functions.build(spec, opset, uses)
+            key = (op_type, opset)  # (built once for the output and its weightless copy)
+            if key not in self._built:
+                self._built[key] = functions.build(spec, opset, uses)
+            fn = self._built[key]
             if (spec.domain, spec.op_type) in present:
                 continue  # the same body (Editor.admit saw to it): the model's is reused
             if isinstance(fn, str):
