@@ -17,6 +17,7 @@ unless the caller asked for plugin-only output (``functions=False``).
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import chain
@@ -296,22 +297,18 @@ class Editor:
                 count(i)
                 uses[i] -= 1
                 work.append(i)
-        # Positions in the edited list: each root's new nodes, then the node kept there.
-        positions: list[int] = []
-        if dead_old or dead_new:
-            at, k, keys = 0, 0, sorted(edit.inserts)
-            for i in range(len(scope.ir.nodes)):
-                while k < len(keys) and keys[k] <= i:
-                    for n in edit.inserts[keys[k]]:
-                        if id(n) in dead_new:
-                            positions.append(at)
-                        at += 1
-                    k += 1
-                if i not in removed:
-                    if i in dead_old:
-                        positions.append(at)
-                    at += 1
-        return dead_names, {scope.locator: positions}
+        # Positions in the edited list, where each root's new nodes come before the node kept at
+        # its index: the kept nodes before it, plus the new nodes at or (for a new one) before it.
+        gone, keys = sorted(removed), sorted(edit.inserts)
+        added_before = [0]  # new nodes at the roots before keys[k]
+        for key in keys:
+            added_before.append(added_before[-1] + len(edit.inserts[key]))
+        positions = [i - bisect_left(gone, i) + added_before[bisect_right(keys, i)] for i in dead_old]
+        for k, key in enumerate(keys):
+            for j, n in enumerate(edit.inserts[key]):
+                if id(n) in dead_new:
+                    positions.append(key - bisect_left(gone, key) + added_before[k] + j)
+        return dead_names, {scope.locator: sorted(positions)}
 
     def _plain_lists(self) -> set[tuple]:
         """Locators of the node lists that hold no node with a graph attribute, fusions applied."""
