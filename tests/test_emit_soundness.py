@@ -326,10 +326,10 @@ def _break_fused_models(monkeypatch):
     """Make the checker fail on any model holding a custom node (the input passes)."""
     real = passes._check
 
-    def check(model, base_dir, full=True):
+    def check(model, base_dir, full=True, light=False):
         if any(n.domain == specs.PLUGIN_DOMAIN for n in model.graph.node):
             raise onnx.checker.ValidationError("injected failure")
-        real(model, base_dir, full)
+        real(model, base_dir, full, light)
 
     monkeypatch.setattr(passes, "_check", check)
 

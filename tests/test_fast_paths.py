@@ -209,3 +209,55 @@ def test_delete_removes_exactly_the_runs_given():
     assert [n.name for n in g.node] == ["2", "3", "7", "8"]
     editor._delete(g.node, [])
     assert len(g.node) == 4
+
+
+@pytest.mark.parametrize(
+    "name", ["models/bert_legacy_op13_fp32.onnx", "models/t5_legacy_op13_fp16.onnx", "models/convnext_legacy_op17_fp32.onnx"]
+)
+def test_dead_code_found_from_the_view_is_what_the_walk_finds(name, monkeypatch):
+    """The one-list fast path names the same dead values and node positions as the walk over the fused proto."""
+    seen: list = []
+    apply, delete = editor.Editor.apply, editor._delete_dead
+
+    def recording_apply(self, *a, **k):
+        seen.append(self)
+        return apply(self, *a, **k)
+
+    def checking_delete(containers, names, nodes):
+        ed = seen[-1]
+        fast = ed._dead_in_view()
+        assert fast is not None, "the fast path was not taken"
+        walked = editor._find_dead(ed.edits.values(), containers, ed._plain_lists())
+        assert fast[0] == walked[0]
+        assert fast[1][("graph",)] == walked[1][("graph",)]
+        checks.append(len(walked[1][("graph",)]))
+        return delete(containers, names, nodes)
+
+    checks: list[int] = []
+    monkeypatch.setattr(editor.Editor, "apply", recording_apply)
+    monkeypatch.setattr(editor, "_delete_dead", checking_delete)
+    for target in ("plugin", "onnx"):
+        fusion.run(str(FIXTURES / name), ALL_PASSES, target=target)
+    assert any(checks), "no dead node was found: nothing was compared"
+
+
+def test_a_model_with_bodies_or_functions_leaves_dead_code_to_the_walk():
+    ed = editor.Editor(ModelGraph.from_proto(_nested_model()))
+    ed.edits[id(ed.graph.scopes[0])] = editor._Edit(released={"x"})
+    assert ed._dead_in_view() is None
+
+
+def test_the_checker_gets_exactly_the_weightless_fused_model(monkeypatch):
+    """The edits applied to shape inference's weightless copy are what ``weightless`` makes of the output."""
+    from fusion.ir.graph import weightless
+
+    checked: list[onnx.ModelProto] = []
+    check = driver._check
+    monkeypatch.setattr(driver, "_check", lambda model, *a: checked.append(model) or check(model, *a))
+    model = onnx.load(str(FIXTURES / "models/bert_legacy_op13_fp32.onnx"))
+    before = model.SerializeToString()
+    out = fusion.fuse_layernorm(model)
+    assert model.SerializeToString() == before
+    assert len(checked) == 1
+    assert any(t.data_location == TensorProto.EXTERNAL for t in checked[0].graph.initializer), "not a weightless copy"
+    assert checked[0].SerializeToString() == weightless(out).SerializeToString()

@@ -90,6 +90,7 @@ class ModelGraph:
     _names: set[str] | None = None
     _values: dict[ir.Tensor, np.ndarray] = field(default_factory=dict, repr=False)  # constants' values, read once
     _shapes_inferred: bool = False
+    _light: onnx.ModelProto | None = field(default=None, repr=False)  # weightless(proto), kept from shape inference
     # Analyses of the graph as read, made once and kept for the pass (patterns/_shapes.py).
     analyses: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -253,6 +254,12 @@ class ModelGraph:
             return None
         return float(v.reshape(()).astype(np.float64))
 
+    def light(self) -> onnx.ModelProto:
+        """``weightless(self.proto)``, the caller's to edit: the one shape inference made, if it
+        ran (handed out once), else a new one."""
+        light, self._light = self._light, None
+        return weightless(self.proto) if light is None else light
+
     # -- types and shapes ---------------------------------------------------------------
     def elem_type(self, t: ir.Tensor, infer: bool = True) -> int | None:
         """The element type; ``infer``: run shape inference (once per model) if it is not annotated."""
@@ -282,14 +289,28 @@ class ModelGraph:
         if self._shapes_inferred:
             return
         self._shapes_inferred = True
+        self._light = weightless(self.proto)  # (kept: validation checks the fused one, see ``light``)
         try:
-            inferred = onnx.shape_inference.infer_shapes(weightless(self.proto), strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(self._light, strict_mode=False)
         except Exception as e:  # inference is best effort: patterns then see unknown shapes
             log.debug("shape inference failed: %s", e)
             return
-        infos: dict[str, onnx.ValueInfoProto] = {}
         nested = any(s.kind == "subgraph" for s in self.scopes)
-        for g in _walk_graph_protos(inferred) if nested else [inferred.graph]:
+        if not nested:  # one graph: each inferred value straight to its tensor, the first of a name
+            tensors, seen = self.scopes[0].ir.tensors, set()
+            g = inferred.graph
+            for vi in (*g.value_info, *g.output, *g.input):
+                name = vi.name
+                if name in seen:
+                    continue
+                seen.add(name)
+                t = tensors.get(name)
+                if t is None or t.const is not None or (t.dtype is not None and t.shape is not None):
+                    continue
+                t.add_info(vi)
+            return
+        infos: dict[str, onnx.ValueInfoProto] = {}
+        for g in _walk_graph_protos(inferred):
             for vi in (*g.value_info, *g.output, *g.input):
                 infos.setdefault(vi.name, vi)
         for scope in self.scopes:

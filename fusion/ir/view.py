@@ -198,6 +198,7 @@ def import_function(proto: onnx.FunctionProto) -> Graph:
 
 def _import_nodes(g: Graph, nodes, info: dict) -> None:
     tensors = g.tensors  # (the loop runs once per node of the model: names bound once)
+    get, add = tensors.get, g.nodes.append
     for i, p in enumerate(nodes):
         node = Node(p, i, g)
         inputs, outputs = node.inputs, node.outputs
@@ -205,10 +206,10 @@ def _import_nodes(g: Graph, nodes, info: dict) -> None:
             if not name:
                 inputs.append(Tensor(""))  # an absent optional input
                 continue
-            t = tensors.get(name) or _tensor(g, name, info)
+            t = get(name) or _tensor(g, name, info)
             t.outputs.append(node)
             inputs.append(t)
-        for a in p.attribute:
+        for a in p.attribute or ():
             if a.type in _GRAPH_TYPES:
                 subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
                 # Reads of outer tensors register the inner node as their consumer (as in gs).
@@ -217,12 +218,12 @@ def _import_nodes(g: Graph, nodes, info: dict) -> None:
             if not name:
                 outputs.append(Tensor(""))
                 continue
-            t = tensors.get(name)
+            t = get(name)
             if t is None:
                 t = tensors[name] = _from_info(info[name]) if name in info else Tensor(name)
             t.inputs.append(node)
             outputs.append(t)
-        g.nodes.append(node)
+        add(node)
 
 
 def _tensor(g: Graph, name: str, info: dict) -> Tensor:

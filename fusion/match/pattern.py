@@ -175,14 +175,20 @@ class Matcher:
     def __init__(self, graph: ModelGraph, claimed: set[int] | None = None):
         self.graph = graph
         self.claimed = claimed if claimed is not None else set()
-        self.best: Failure | None = None
+        # The best failure so far, as (progress, reason): a Failure is made only when read.
+        self._best: tuple[float, str | Callable[[], str]] | None = None
         self.best_nodes: tuple = ()  # the nodes bound when the best failure happened
         self.home = None  # the root's ir.Graph: a match never leaves it
+
+    @property
+    def best(self) -> Failure | None:
+        """The failure that got furthest (the latest of those tied)."""
+        return None if self._best is None else Failure(*self._best)
 
     # -- entry point --------------------------------------------------------------------
     def match(self, pattern: Pattern, root: Node) -> Iterator[Match]:
         """Yield every structural match of ``pattern`` whose root is ``root``'s first output."""
-        self.best, self.best_nodes = None, ()
+        self._best, self.best_nodes = None, ()
         self.home = root.graph
         if not root.outputs:
             return
@@ -201,13 +207,14 @@ class Matcher:
     def fail(self, st: _State, reason: Callable[[], str], bonus: float = 0.0) -> None:
         progress = len(st.order) + bonus
         # On a tie the later failure wins: alternatives are tried most specific first.
-        if self.best is None or progress >= self.best.progress:
-            self.best = Failure(progress, reason)
+        best = self._best
+        if best is None or progress >= best[0]:
+            self._best = (progress, reason)
             self.best_nodes = st.order
 
     def _outranks(self, st: _State) -> bool:
         """Whether a failure now (no bonus) would be recorded: spares making its reason otherwise."""
-        return self.best is None or len(st.order) >= self.best.progress
+        return self._best is None or len(st.order) >= self._best[0]
 
     # -- recursion ----------------------------------------------------------------------
     def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:

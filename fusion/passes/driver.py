@@ -165,21 +165,27 @@ def run(
     if dry_run or not editor.modified:
         return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0, dry_run=dry_run)
     edit_in_place = inplace or work is not caller  # a sorted copy is ours to edit
+    freezing = assume_constant_initializers or ir_version < 4
     if validate and edit_in_place:
         # Validate a weightless fused copy first: the proto edited in place stays intact on failure.
-        light, _ = editor.apply(with_functions=functions, base=weightless(work))
-        _validate(light, lambda: caller, base_dir, editor.main_graph_ops())
+        light, _ = editor.apply(with_functions=functions, base=graph.light())
+        _validate(light, lambda: caller, base_dir, editor.main_graph_ops(), light=True)
+    light = None
+    if validate and not edit_in_place and not freezing:
+        # The fused model without its weights, for the checker: the edits applied to the weightless
+        # copy that shape inference made (cheaper than another one made from the output).
+        light, _ = editor.apply(with_functions=functions, base=graph.light())
     out, warnings = editor.apply(with_functions=functions, inplace=edit_in_place)
     # The fusion may have read those initializers as constants: let no caller feed them.  Below
     # IR 4 they were constants by convention; a function body lifts the IR version past that.
-    if out.ir_version >= 4 and (assume_constant_initializers or ir_version < 4):
+    if out.ir_version >= 4 and freezing:
         frozen = freeze_initializers(out)
         if frozen:
             log.info("%d initializers are no longer listed as graph inputs: %s", len(frozen), ", ".join(frozen[:8]))
 
     # ensures
     if validate and not edit_in_place:
-        _validate(out, lambda: caller, base_dir, editor.main_graph_ops())
+        _validate(out if light is None else light, lambda: caller, base_dir, editor.main_graph_ops(), light=light is not None)
     if inplace and work is not caller:
         caller.CopyFrom(out)
         out = caller
@@ -366,19 +372,24 @@ def _describe(n: onnx.NodeProto) -> dict:
 
 
 def _validate(
-    out: onnx.ModelProto, original: Callable[[], onnx.ModelProto] | None, base_dir: str | None, graph_ops: set | None = None
+    out: onnx.ModelProto,
+    original: Callable[[], onnx.ModelProto] | None,
+    base_dir: str | None,
+    graph_ops: set | None = None,
+    light: bool = False,
 ) -> None:
     """Full ONNX check (with strict shape inference) of the output; blame us only if the input passes.
 
     ``graph_ops``: every (domain, op_type) the main graph and its bodies may hold (a superset,
-    Editor.main_graph_ops), which spares a walk over them when none is a bodiless custom op."""
+    Editor.main_graph_ops), which spares a walk over them when none is a bodiless custom op.
+    ``light``: ``out`` is weightless already (see ``_check``)."""
     errors = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
     # Custom nodes without a function body (functions=False, or one the opset cannot write)
     # have outputs no type inference can see: strict inference then fails on whatever reads
     # them inside a function body.  Such a model is checked without shape inference.
     full = not _bodiless_custom_ops(out, graph_ops)
     try:
-        _check(out, base_dir, full)
+        _check(out, base_dir, full, light)
     except errors as e:
         if original is None:
             log.warning("the fused model fails onnx.checker (the input was fused in place, so it is unknown whether it did too): %s", _first(e))
@@ -408,15 +419,16 @@ def _bodiless_custom_ops(model: onnx.ModelProto, graph_ops: set | None = None) -
     return False
 
 
-def _check(model: onnx.ModelProto, base_dir: str | None, full: bool = True) -> None:
+def _check(model: onnx.ModelProto, base_dir: str | None, full: bool = True, light: bool = False) -> None:
     """onnx.checker (full) on ``model`` without its weights.
 
     A pass never changes a weight's bytes, and serializing them only for the checker costs
     more than the fusion itself.  Large initializers are checked as external data placed in
     a scratch directory (empty placeholder files: the checker verifies they exist, it does
     not read them); the rest of the model, new constants included, is checked in full.
+    ``light``: ``model`` is weightless already (``weightless`` would leave it as it is).
     """
-    light = weightless(model)
+    light = model if light else weightless(model)
     with tempfile.TemporaryDirectory(prefix="fusion-check-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         with open(path, "wb") as f:
@@ -435,11 +447,13 @@ def _check(model: onnx.ModelProto, base_dir: str | None, full: bool = True) -> N
 def _placeholders(folder: str, tensors: Iterable[onnx.TensorProto]) -> bool:
     """Empty files in ``folder`` at the external-data locations of ``tensors``; whether any was new."""
     added = False
+    seen: set[str] = set()  # (the weights share one stub: one look at the disk for it)
     for t in tensors:
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         for e in t.external_data:
-            if e.key == "location":
+            if e.key == "location" and e.value not in seen:
+                seen.add(e.value)
                 path = os.path.join(folder, e.value)
                 if not os.path.exists(path):
                     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -17,6 +17,7 @@ unless the caller asked for plugin-only output (``functions=False``).
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import chain
@@ -120,6 +121,8 @@ class Editor:
         self.plugin_uses: dict[str, tuple[specs.PluginSpec, list[functions.Use], set[int]]] = {}
         self._admitted: dict[tuple, str | None] = {}  # (op_type, distinct uses) -> reason or None
         self._distinct: dict[str, dict[functions.Use, None]] = {}  # committed uses per op, once each
+        self._dead: tuple[set[str], dict[tuple, list[int]]] | None = None  # what apply drops (found once)
+        self._built: dict[tuple[str, int], onnx.FunctionProto | str] = {}  # function bodies apply attaches
 
     def admit(self, spec: specs.PluginSpec, new_uses: list[functions.Use]) -> None:
         """Raise Reject unless one function body can define every node of ``spec`` with ``new_uses``."""
@@ -200,7 +203,11 @@ class Editor:
             containers, plain = node_lists(out), set()
         else:
             containers, plain = self.graph.node_lists(out), self._plain_lists()
-        _drop_dead(out, self.edits.values(), containers, plain)
+        # What dies is the same in every model the edits were applied to (node lists, initializers
+        # and value_info sit at the same places in a weightless copy): found once, deleted in each.
+        if self._dead is None:
+            self._dead = self._dead_in_view() or _find_dead(self.edits.values(), containers, plain)
+        _delete_dead(containers, *self._dead)
         if any(e.custom_domain for e in self.edits.values()):
             _import_domain(out.opset_import, specs.PLUGIN_DOMAIN)
             for scope in self.graph.scopes:
@@ -233,6 +240,76 @@ class Editor:
                 ops.add((n.domain, n.op_type))
         return ops
 
+    def _dead_in_view(self) -> tuple[set[str], dict[tuple, list[int]]] | None:
+        """``_find_dead`` for a model of one node list (no function, no body, none added), read
+        from the graph view and the edits instead of every node of the fused proto; else None."""
+        if self.graph.locators != [("graph",)] or len(self.edits) != 1:
+            return None
+        scope = self.graph.scopes[0]
+        edit = self.edits.get(id(scope))
+        if edit is None or not edit.released:
+            return None
+        added = [n for i in sorted(edit.inserts) for n in edit.inserts[i]]
+        if any(_has_subgraph(n) for n in added):
+            return None
+        tensors, removed = scope.ir.tensors, edit.removed
+        new_reads = Counter(chain.from_iterable([n.input for n in added]))
+        new_producer: dict[str, onnx.NodeProto] = {}
+        for n in added:
+            for o in n.output:
+                t = tensors.get(o)
+                if t is not None and t.inputs and t.inputs[0].index not in removed:
+                    return None  # defined twice: leave the order of definitions to the full walk
+                new_producer[o] = n
+        outputs = Counter(t.name for t in scope.ir.outputs)
+        uses: dict[str, int] = {}
+
+        def count(name: str) -> int:
+            if name not in uses:
+                t = tensors.get(name)
+                kept = 0 if t is None else sum(1 for c in t.outputs if c.index not in removed)
+                uses[name] = kept + new_reads.get(name, 0) + outputs.get(name, 0)
+            return uses[name]
+
+        dead_names: set[str] = set()
+        dead_old: set[int] = set()  # indices of the graph's nodes
+        dead_new: set[int] = set()  # ids of added nodes
+        work = list(dict.fromkeys(edit.released))
+        while work:
+            name = work.pop()
+            if count(name) > 0 or name in dead_names:
+                continue
+            dead_names.add(name)
+            t = tensors.get(name)
+            node = t.inputs[0] if t is not None and t.inputs and t.inputs[0].index not in removed else None
+            if node is not None:
+                if node.index in dead_old or any(count(o.name) > 0 for o in node.outputs if o.name):
+                    continue
+                dead_old.add(node.index)
+                reads = [i.name for i in node.inputs if i.name]
+            else:
+                proto = new_producer.get(name)
+                if proto is None or id(proto) in dead_new or any(count(o) > 0 for o in proto.output if o):
+                    continue
+                dead_new.add(id(proto))
+                reads = [i for i in proto.input if i]
+            for i in reads:
+                count(i)
+                uses[i] -= 1
+                work.append(i)
+        # Positions in the edited list, where each root's new nodes come before the node kept at
+        # its index: the kept nodes before it, plus the new nodes at or (for a new one) before it.
+        gone, keys = sorted(removed), sorted(edit.inserts)
+        added_before = [0]  # new nodes at the roots before keys[k]
+        for key in keys:
+            added_before.append(added_before[-1] + len(edit.inserts[key]))
+        positions = [i - bisect_left(gone, i) + added_before[bisect_right(keys, i)] for i in dead_old]
+        for k, key in enumerate(keys):
+            for j, n in enumerate(edit.inserts[key]):
+                if id(n) in dead_new:
+                    positions.append(key - bisect_left(gone, key) + added_before[k] + j)
+        return dead_names, {scope.locator: sorted(positions)}
+
     def _plain_lists(self) -> set[tuple]:
         """Locators of the node lists that hold no node with a graph attribute, fusions applied."""
         plain = set()
@@ -249,7 +326,10 @@ class Editor:
         opset = default_opset(model.opset_import)
         for op_type in sorted(self.plugin_uses):
             spec, uses, _ = self.plugin_uses[op_type]
-            fn = functions.build(spec, opset, uses)
+            key = (op_type, opset)  # (built once for the output and its weightless copy)
+            if key not in self._built:
+                self._built[key] = functions.build(spec, opset, uses)
+            fn = self._built[key]
             if (spec.domain, spec.op_type) in present:
                 continue  # the same body (Editor.admit saw to it): the model's is reused
             if isinstance(fn, str):
@@ -289,13 +369,14 @@ def _delete(repeated, indices: list[int]) -> None:
         end = start
 
 
-def _drop_dead(model: onnx.ModelProto, edits, containers, plain: Collection[tuple] = ()) -> None:
-    """Remove what only the fused-away nodes read: initializers, Constant nodes, and side
-    computations (Shape -> Concat chains) that fed them.  Code that was dead before stays.
-    ``plain``: locators of lists known to hold no node with a graph attribute (read faster)."""
+def _find_dead(edits, containers, plain: Collection[tuple] = ()) -> tuple[set[str], dict[tuple, list[int]]]:
+    """What only the fused-away nodes read: initializers, Constant nodes, and side computations
+    (Shape -> Concat chains) that fed them; code that was dead before stays.  Returns the dead
+    names and, per list, the positions of the dead nodes.  ``plain``: locators of lists known to
+    hold no node with a graph attribute (read faster)."""
     released = [name for e in edits for name in e.released]
     if not released:
-        return
+        return set(), {}
     uses: Counter[str] = Counter()
     producer: dict[str, tuple[Any, onnx.NodeProto]] = {}
     for key, c in containers.items():
@@ -332,13 +413,20 @@ def _drop_dead(model: onnx.ModelProto, edits, containers, plain: Collection[tupl
             if i:
                 uses[i] -= 1
                 work.append(i)
+    return dead_names, {key: [i for i, n in enumerate(c.node) if id(n) in dead_nodes] for key, c in containers.items()}
+
+
+def _delete_dead(containers, dead_names: set[str], dead_nodes: dict[tuple, list[int]]) -> None:
+    """Delete what ``_find_dead`` found: initializers (not graph inputs) and value_info by name, nodes by position."""
+    if not dead_names:
+        return
     for key in sorted(containers, key=len, reverse=True):  # innermost first, as in Editor.apply
         c = containers[key]
         if isinstance(c, onnx.GraphProto):
             inputs = {i.name for i in c.input}
             _delete(c.initializer, [i for i, t in enumerate(c.initializer) if t.name in dead_names and t.name not in inputs])
             _delete(c.value_info, [i for i, v in enumerate(c.value_info) if v.name in dead_names])
-        _delete(c.node, [i for i, n in enumerate(c.node) if id(n) in dead_nodes])
+        _delete(c.node, dead_nodes.get(key, []))
 
 
 def _has_subgraph(n: onnx.NodeProto) -> bool:
