@@ -16,6 +16,8 @@ Covered:
   constant and end as a matrix; it is folded when rewriting (plugin: a new initializer; trt:
   baked; onnx: the Gemm reads the chain's output as it is), and its nodes go only where
   nothing else reads them;
+* (an FC written as ``Einsum``, tf2onnx's other EinsumDense form, is einsum_fc's: it emits
+  through this module);
 * then optionally ``Relu``, ``Gelu`` (opset 20, both approximations), or GELU written out:
   erf form ``0.5 * y * (1 + erf(y / sqrt2))`` (Div by sqrt2 or Mul by 1/sqrt2, the 0.5 in any
   of the places exporters put it, or a Div by 2) and tanh form ``0.5 * y * (1 + tanh(sqrt(2/pi)
@@ -147,12 +149,18 @@ class FCDesc:
     bias: Tensor | None
     beta: float  # bias scale (Gemm beta)
     activation: str  # one of specs.FC_ACTIVATIONS
-    kind: str  # "gemm" | "matmul"
+    kind: str  # "gemm" | "matmul" | "einsum" (einsum_fc's)
     reshape: Node | None  # a Reshape between the FC and its activation, re-emitted after both
     rank: int | None  # rank of x (None: unknown, >= 2 if known)
     elem_type: int
     w_chain: _weight_chain.Chain | None = None  # w is data movement on a constant, folded when rewriting
     notes: list[str] = field(default_factory=list)
+    # An Einsum read as an FC (einsum_fc): its kernel exists only folded to [K, N] (no tensor of
+    # the graph holds that matrix, so every target reads the fold), x may be reshaped first (it
+    # contracts several axes), and N is the output's trailing dims, over which the bias broadcasts.
+    w_in_graph: bool = True
+    x_name: str | None = None
+    out_dims: tuple[int, ...] | None = None
 
 
 def analyze(m: Match, ctx: Context) -> FCDesc:
@@ -448,22 +456,26 @@ def _emit_onnx(desc: FCDesc, em: Emitter, ctx: Context) -> None:
         raise Reject("target onnx: already a standard Gemm")
     if desc.activation != "none":
         raise Reject("target onnx: the activation stays a separate node (the MatMul + Add before it is rewritten alone)")
-    if desc.bias is None:
+    if desc.bias is None and desc.kind != "einsum":
         raise Reject("target onnx: a MatMul without bias is already standard ONNX")
     g = ctx.graph
-    bshape = tuple(g.fixed_shape(desc.bias))
+    bshape = None if desc.bias is None else tuple(g.fixed_shape(desc.bias))
     # Gemm's C broadcasts unidirectionally to [M, N]: the bias goes in as it is where it can.
-    if len(bshape) <= 2 and all(d == 1 for d in bshape[:-1]):
+    if bshape is None:
+        bias = None
+    elif len(bshape) <= 2 and all(d == 1 for d in bshape[:-1]) and desc.out_dims is None:
         bias = desc.bias.name
     else:
         bias = _bias_vector(desc, em, ctx)
     attrs = {"transB": 1} if desc.transpose_weight else {}
+    x, w = _input(desc, em), desc.w.name if desc.w_in_graph else _weight(desc, em, ctx)
+    inputs = [w] if bias is None else [w, bias]  # Gemm's C is optional from opset 11 (Einsum: 12)
     if desc.rank == 2:
-        em.node("Gemm", [desc.x.name, desc.w.name, bias], **attrs)
+        em.node("Gemm", [x, *inputs], **attrs)
         return
-    rows = em.node("Reshape", [desc.x.name, em.const("fc_in_shape", np.array([-1, desc.k], np.int64))])[0]
-    y = em.node("Gemm", [rows, desc.w.name, bias], **attrs)[0]
-    _reshape_out(desc, em, ctx, y, desc.x.name)
+    rows = em.node("Reshape", [x, em.const("fc_in_shape", np.array([-1, desc.k], np.int64))])[0]
+    y = em.node("Gemm", [rows, *inputs], **attrs)[0]
+    _reshape_out(desc, em, ctx, y, x)
 
 
 def _weight(desc: FCDesc, em: Emitter, ctx: Context) -> str:
@@ -479,6 +491,8 @@ def _fold_note(chain: _weight_chain.Chain, into: str) -> str:
 
 
 def _input(desc: FCDesc, em: Emitter) -> str:
+    if desc.x_name is not None:
+        return desc.x_name
     if desc.trans_a:
         return em.node("Transpose", [desc.x.name], perm=[1, 0])[0]
     return desc.x.name
@@ -499,7 +513,12 @@ def _bias_vector(desc: FCDesc, em: Emitter, ctx: Context) -> str:
     value = g.constant_value(desc.bias)
     if value is None:
         raise Reject(f"bias {desc.bias.name!r} is too large to reshape")
-    value = np.broadcast_to(np.asarray(value).reshape(-1), (desc.n,))
+    if desc.out_dims is None:
+        value = np.broadcast_to(np.asarray(value).reshape(-1), (desc.n,))
+    else:  # over the output's trailing dims (the rule checked the others are 1)
+        dims = desc.out_dims
+        value = np.asarray(value).reshape(np.shape(value)[max(0, np.ndim(value) - len(dims)):])
+        value = np.broadcast_to(value, dims).reshape(desc.n)
     if desc.beta != 1.0:
         value = value.astype(np.float64) * desc.beta
     return em.const("bias", np.ascontiguousarray(value.astype(np_t)))
