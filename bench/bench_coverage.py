@@ -14,6 +14,16 @@ inference).  A fused count above the ground truth is counted as false positives.
 Dense layers too, ours only (``fusion.run`` with the gemm pass; neither other tool has an FC
 fusion to compare): against the manifests' ``linear_modules`` (nn.Linear, GPT-2 Conv1D, Keras
 Dense / EinsumDense, Flax / Paddle Linear), under ``dense`` in the summary, per family and per row.
+
+Skip norms (residual Add + norm, bench/skip_coverage.py): against the manifests'
+``residual_norm_sites`` (counted from the source model), ours (``fusion.run`` with the
+skipnorm, layernorm and rmsnorm passes, target plugin; every fused model verified on
+onnxruntime with ``fusion.verify``) and onnxruntime's transformers optimizer
+(SkipLayerNormalization + SkipSimplifiedLayerNormalization nodes, model_type per family, the
+better of its default opt_level and 0: on CPU the former recasts fp16 models); each fused node
+is checked against the original graph's Add + norm, under ``skip`` (``ours_verified`` of
+``ours_checked``: fused models that verify; ``onnxruntime_errors``: models its optimizer
+crashed on).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_fusion import _meta  # noqa: E402
+from bench.skip_coverage import skip_row  # noqa: E402
 from tests.fixtures.catalog import fixture_path, load_manifest  # noqa: E402
 
 EXPORTERS = ROOT / "tests" / "fixtures" / "exporters" / "manifest.json"
@@ -122,6 +133,7 @@ def main() -> int:
         totals["expected"]["found"] += expected
         by_family[rec["family"]]["expected"] += expected
         _count_dense(rec, path, row, totals["dense"], by_family[rec["family"]])
+        _count_skip(rec, path, row, totals["skip"], by_family[rec["family"]])
         rows.append(row)
     summary = {k: dict(v) for k, v in totals.items()}
     families = {k: dict(v) for k, v in sorted(by_family.items())}
@@ -131,6 +143,11 @@ def main() -> int:
         logging.info("%-12s %d/%d norms fused, %d false positives", name, t["found"], totals["expected"]["found"], t["false_positives"])
     d = totals["dense"]
     logging.info("%-12s %d/%d dense layers fused, %d false positives", "ours", d["found"], d["expected"], d["false_positives"])
+    k = totals["skip"]
+    logging.info("%-12s %d/%d skip norms fused, %d false positives, %d models verified", "ours", k["ours"],
+                 k["expected"], k["ours_false_positives"], k["ours_verified"])
+    logging.info("%-12s %d/%d skip norms fused, %d false positives", "onnxruntime", k["onnxruntime"], k["expected"],
+                 k["onnxruntime_false_positives"])
     logging.info("wrote %s", args.out)
     return 0
 
@@ -148,6 +165,25 @@ def _count_dense(rec: dict, path: Path, row: dict, total: collections.Counter, f
     total["false_positives"] += max(0, found - expected)
     family["dense_expected"] += expected
     family["dense_ours"] += min(found, expected)
+
+
+def _count_skip(rec: dict, path: Path, row: dict, total: collections.Counter, family: collections.Counter) -> None:
+    fields = skip_row(rec, path)
+    row.update(fields)
+    if fields["skip_expected"] is None:
+        total["no_ground_truth"] += 1
+        return
+    total["expected"] += fields["skip_expected"]
+    family["skip_expected"] += fields["skip_expected"]
+    for tool in ("ours", "onnxruntime"):
+        total[tool] += fields[f"skip_{tool}"]
+        total[f"{tool}_false_positives"] += fields[f"skip_{tool}_false_positives"]
+        family[f"skip_{tool}"] += fields[f"skip_{tool}"]
+        if f"skip_{tool}_error" in fields:
+            total[f"{tool}_errors"] += 1
+    if "skip_ours_verified" in fields:
+        total["ours_verified"] += fields["skip_ours_verified"]
+        total["ours_checked"] += 1
 
 
 if __name__ == "__main__":
