@@ -224,10 +224,17 @@ def _prove_dim(g, t: Tensor, axis: int, scope, depth: int, assume: dict, memo: d
         if all(_rank_at_least_2(g, v, depth - 1, memo, node.scope) for v in (a, b)):
             return _proven_dim(g, b if axis == -1 else a, axis, node.scope, depth - 1, assume, memo)
     if node.op == "Reshape" and len(node.inputs) > 1:
-        # A target shape whose trailing pieces are constants (tf2onnx's Dense: Concat(Shape dims, [N])).
-        d = _trailing_shape_value(g, node.inputs[1], axis)
+        # A target shape whose trailing pieces are constants (tf2onnx's Dense: Concat(Shape dims, [N]))
+        # or sizes read off a tensor (diffusers' Transformer2DModel: [B, H*W, Shape(proj_in(x))[1]]).
+        d = _trailing_shape_value(g, node.inputs[1], axis,
+                                  lambda y, a: _proven_dim(g, y, a, node.scope, depth - 1, assume, memo))
         if d is not None and d > 0:
             return d
+    if node.op == "Conv" and len(node.inputs) >= 2:
+        # [N, M, spatial...] with M the weight's first dim (or the op fails): the channel axis.
+        w = g.fixed_shape(node.inputs[1])
+        if w is not None and len(w) >= 3 and axis == 1 - len(w):
+            return w[0]
     if node.op == "If" and len(node.subgraphs) == 2:
         dims = {_proven_dim(g, b[0].outputs[i], axis, None, depth - 1, assume, memo) for b in node.subgraphs.values()}
         return dims.pop() if len(dims) == 1 else None
@@ -313,9 +320,10 @@ def _prove_rank_at_least_2(g, t: Tensor, scope, depth: int, memo: dict) -> bool:
     return False
 
 
-def _trailing_shape_value(g, shape: Tensor, axis: int) -> int | None:
+def _trailing_shape_value(g, shape: Tensor, axis: int, size_of=None) -> int | None:
     """Element ``axis`` (negative) of a 1-D shape vector: a constant, or a Concat whose pieces
-    from there to the end are constants."""
+    from there to the end are constants or one-element sizes of a tensor (``Shape(y)[k]``),
+    the one at ``axis`` proven by ``size_of(y, negative axis)``."""
     value = g.constant_value(shape)
     if value is not None:
         v = np.asarray(value).reshape(-1)
@@ -325,15 +333,62 @@ def _trailing_shape_value(g, shape: Tensor, axis: int) -> int | None:
         node = producer(node.inputs[0])
     if node is None or node.op != "Concat":
         return None
-    tail: list[int] = []
+    tail: list = []  # ints, or (tensor, negative axis) for a size read off a tensor
     for piece in reversed(node.inputs):
         if len(tail) >= -axis:
             break
         v = g.constant_value(piece)
-        if v is None:
+        if v is not None:
+            tail = [int(e) for e in np.asarray(v).reshape(-1)] + tail
+            continue
+        read = _size_read(g, piece) if size_of is not None else None
+        if read is None:
             return None
-        tail = [int(e) for e in np.asarray(v).reshape(-1)] + tail
-    return tail[axis] if len(tail) >= -axis else None
+        tail = [read] + tail
+    if len(tail) < -axis:
+        return None
+    e = tail[axis]
+    return e if isinstance(e, int) else size_of(*e)
+
+
+def _size_read(g, piece: Tensor) -> tuple[Tensor, int] | None:
+    """``(y, k)`` (k negative) when ``piece`` is one element, ``y``'s size along axis k: the
+    TorchScript exporter's ``Unsqueeze(Gather(Shape(y), k))`` (a scalar index), or
+    ``Gather(Shape(y), [k])``."""
+    node = producer(piece)
+    while node is not None and node.op == "Cast" and int(node.attrs.get("to", 0)) == onnx.TensorProto.INT64:
+        node = producer(node.inputs[0])
+    if node is not None and node.op == "Unsqueeze":
+        axes = g.constant_value(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1].name else node.attrs.get("axes")
+        if axes is None or np.size(axes) != 1:
+            return None
+        gather, want_rank = producer(node.inputs[0]), 0  # a scalar, made one element
+    else:
+        gather, want_rank = node, 1
+    if gather is None or gather.op != "Gather" or len(gather.inputs) != 2 or int(gather.attrs.get("axis", 0)) != 0:
+        return None
+    idx = g.constant_value(gather.inputs[1])
+    shape_node = producer(gather.inputs[0])
+    if idx is None or np.ndim(idx) != want_rank or np.size(idx) != 1 or shape_node is None or shape_node.op != "Shape":
+        return None
+    if shape_node.attrs.get("start", 0) != 0 or shape_node.attrs.get("end") is not None:
+        return None
+    y, k = shape_node.inputs[0], int(np.reshape(idx, -1)[0])
+    if k >= 0:
+        rank = _conv_rank(g, y) or _rank(g, y)
+        if rank is None or k >= rank:
+            return None
+        k -= rank
+    return y, k
+
+
+def _conv_rank(g, y: Tensor) -> int | None:
+    """The rank of a Conv's output: its weight's."""
+    node = producer(y)
+    if node is None or node.op != "Conv" or len(node.inputs) < 2:
+        return None
+    w = g.fixed_shape(node.inputs[1])
+    return None if w is None else len(w)
 
 
 def _proven_at_calls(g, t: Tensor, axis: int, scope, depth: int, memo: dict, assume: dict | None = None) -> int | None:

@@ -119,6 +119,8 @@ def zero_value(term, n) -> int | None:
         return 0
     if isinstance(term, int):
         return term
+    if isinstance(n, tuple) and n[0] == "prod" and list(n[1]) == [term]:
+        return 0  # n is k times term (k not 0): 0 only where term is
     kind = term[0]
     if kind == "or0":
         z = zero_value(term[1], n)
@@ -401,6 +403,41 @@ class ScopeShapes:
         n = b[0] if node.attrs.get("transB", 0) else b[1]
         return [(m, n)]
 
+    def _op_Conv(self, node: Node, x) -> list | None:
+        """[N, M, spatial...]: the input's batch, the weight's first dim (or the op fails), and
+        the input's spatial sizes where stride 1 and the pads make up for the kernel (a
+        "same" convolution: out = in + pads - dilation*(kernel-1)); other spatial sizes opaque."""
+        w = self.shape(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1].name else None
+        if w is None or len(w) != len(x) or len(x) < 3:
+            return None
+        n = len(x) - 2
+        a = node.attrs
+        strides, dilations = list(a.get("strides", [1] * n)), list(a.get("dilations", [1] * n))
+        pads, auto_pad = list(a.get("pads", [0] * 2 * n)), a.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        out = [x[0], w[0]]
+        for i in range(n):
+            k = w[2 + i]
+            if len(strides) != n or len(dilations) != n or len(pads) != 2 * n or strides[i] != 1 or not isinstance(k, int):
+                same = False
+            elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                same = True
+            else:
+                same = auto_pad in ("NOTSET", "VALID") and (0 if auto_pad == "VALID" else pads[i] + pads[n + i]) == dilations[i] * (k - 1)
+            out.append(x[2 + i] if same else opaque(node.outputs[0], 2 + i))
+        return [tuple(out)]
+
+    def _op_Resize(self, node: Node, x) -> list | None:
+        """Opset 11 on, constant scales (an upsampler's [1, 1, 2, 2]): floor(size * scale), so
+        the axes of scale 1 keep the input's size; the others get sizes of their own."""
+        ins = node.inputs
+        if len(ins) < 3 or not ins[2].name or (len(ins) > 3 and ins[3].name) or node.attrs.get("axes") is not None:
+            return None
+        scales = self.g.constant_value(ins[2])
+        if scales is None or scales.size != len(x):
+            return None
+        return [tuple(d if float(k) == 1.0 else opaque(node.outputs[0], i) for i, (d, k) in enumerate(zip(x, scales.reshape(-1))))]
+
     def _op_Transpose(self, node: Node, x) -> list | None:
         perm = node.attrs.get("perm")
         perm = list(range(len(x)))[::-1] if perm is None else [int(p) for p in perm]
@@ -582,7 +619,9 @@ class ScopeShapes:
 
 
 def _arith(op):
-    """An int op on value elements; symbolic ones only where it is the identity."""
+    """An int op on value elements; symbolic ones where it is the identity, a size times a
+    positive int, or a product divided exactly by a positive int (diffusers' attention: heads
+    folded into the batch as B*h, unfolded as (B*h)/h)."""
     unit = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}[op]
     f = {"Add": lambda x, y: x + y, "Sub": lambda x, y: x - y, "Mul": lambda x, y: x * y,
          "Div": lambda x, y: None if y == 0 or x % y else x // y}[op]  # (exact only: no rounding to mimic)
@@ -592,7 +631,15 @@ def _arith(op):
             return f(x, y)
         if y == unit:
             return x
-        return y if op in ("Add", "Mul") and x == unit else None
+        if op in ("Add", "Mul") and x == unit:
+            return y
+        if op == "Mul" and (isinstance(x, int) or isinstance(y, int)):
+            k, t = (x, y) if isinstance(x, int) else (y, x)
+            return product([t], k) if k > 0 else None  # (a size is not negative: -1 stays unmodelled)
+        if op == "Div" and isinstance(y, int) and y > 0:
+            atoms, k = _atoms(x)
+            return product(atoms, k // y) if k > 0 and k % y == 0 else None
+        return None
     return apply
 
 

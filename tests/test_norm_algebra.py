@@ -495,6 +495,51 @@ def test_layernorm_after_a_reshape_copying_its_last_dim_needs_its_size():
     assert "cannot prove they are equal" in _reasons(result), _reasons(result)
 
 
+def _conv_tokens_then_layernorm(k: int, unsqueeze: bool = True) -> onnx.ModelProto:
+    """diffusers' Transformer2DModel as TorchScript exports it: proj_in (a 1x1 Conv to C=8),
+    then Reshape(Transpose(h, [0,2,3,1]), Concat(B, H*W, Shape(h)[k])) and a LayerNorm with γ of
+    C: the last dim is h's size along axis k, C only where k is the channel axis (1 or -3)."""
+    g = G(13)
+    x = g.input("x", FLOAT, ["B", 4, "H", "W"])
+    rng = np.random.default_rng(0)
+    h = g.op("Conv", x, g.const(rng.standard_normal((8, 4, 1, 1)).astype(np.float32)),
+             g.const(rng.standard_normal(8).astype(np.float32)), kernel_shape=[1, 1])
+
+    def size(t: str, axis: int) -> str:
+        if unsqueeze:  # a scalar index, made one element
+            return g.op("Unsqueeze", g.op("Gather", g.op("Shape", t), g.const(np.array(axis, np.int64)), axis=0),
+                        g.const(np.array([0], np.int64)))
+        return g.op("Gather", g.op("Shape", t), g.const(np.array([axis], np.int64)), axis=0)
+
+    hw = g.op("Mul", size(x, 2), size(x, 3))
+    tokens = g.op("Reshape", g.op("Transpose", h, perm=[0, 2, 3, 1]), g.op("Concat", size(x, 0), hw, size(h, k), axis=0))
+    d = g.op("Sub", tokens, g.op("ReduceMean", tokens, axes=[-1]))
+    v = g.op("ReduceMean", g.op("Mul", d, d), axes=[-1])
+    y = g.op("Div", d, g.op("Sqrt", g.op("Add", v, g.const(1e-5))))
+    y = g.op("Add", g.op("Mul", y, g.const(rng.uniform(0.5, 1.5, 8).astype(np.float32))),
+             g.const(rng.standard_normal(8).astype(np.float32)))
+    g.output(y, FLOAT, ["B", "N", "C"])
+    return g.model(infer=False)  # (as exported: no shapes on the intermediates)
+
+
+@pytest.mark.parametrize(("k", "unsqueeze"), [(1, True), (-3, True), (1, False)])
+def test_layernorm_after_a_reshape_to_a_convs_channels_fuses(k, unsqueeze):
+    model = _conv_tokens_then_layernorm(k, unsqueeze)
+    result = _fuse(model)
+    assert result.counts() == {"layernorm": 1}, _reasons(result)
+    for shape in ((2, 4, 3, 5), (1, 4, 1, 1)):
+        feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+        assert max_error(model, result.model, feeds) < 1e-4
+
+
+def test_layernorm_after_a_reshape_to_a_convs_spatial_dim_needs_its_size():
+    """Shape(h)[2] is a height, not the channels: nothing forces it to be γ's 8."""
+    model = _conv_tokens_then_layernorm(2)
+    result = _fuse(model)
+    assert "layernorm" not in result.counts(), result.fusions
+    assert "cannot prove they are equal" in _reasons(result), _reasons(result)
+
+
 @pytest.mark.parametrize("offset", ["neg_mean_times_s", "neg_of_mean_times_s"])
 def test_keras_offset_forms_fuse(offset):
     """Keras 3: x·s + ((−mean)·s + β); also x·s + (−(mean·s) + β); s = rsqrt(var + eps)·γ."""

@@ -108,8 +108,48 @@ def head_copy_of_two(g, x, rng):
     return a, x
 
 
+def heads_into_batch(g, x, rng):
+    """diffusers' attention (AttnProcessor): heads folded into the batch, Reshape(t [B, 2, S, 8]
+    -> [B*2, S, 8]) with B*2 = Mul(Shape(x)[0], 2), and unfolded by (B*2)/2 = Div(Shape(t)[0], 2)."""
+    def scalar_dim(t, i):
+        return g.op("Gather", g.op("Shape", t), g.const(np.array(i, np.int64)), axis=0)
+
+    def piece(v):
+        return g.op("Unsqueeze", v, _ints(g, 0))
+
+    h = g.op("MatMul", x, _w(g, rng, D, D))
+    split = g.op("Reshape", h, g.op("Concat", _dim(g, h, 0), _dim(g, h, 1), _ints(g, 2), _ints(g, 8), axis=0))
+    folded = g.op("Reshape", g.op("Transpose", split, perm=[0, 2, 1, 3]),
+                  g.op("Concat", piece(g.op("Mul", scalar_dim(x, 0), g.const(np.array(2, np.int64)))), _dim(g, x, 1),
+                       _ints(g, 8), axis=0))
+    t = g.op("Tanh", folded)
+    batch = piece(g.op("Div", scalar_dim(t, 0), g.const(np.array(2, np.int64))))
+    unfolded = g.op("Reshape", t, g.op("Concat", batch, _ints(g, 2), _dim(g, t, 1), _ints(g, 8), axis=0))
+    merged = g.op("Reshape", g.op("Transpose", unfolded, perm=[0, 2, 1, 3]),
+                  g.op("Concat", batch, _dim(g, t, 1), _ints(g, D), axis=0))
+    return g.op("MatMul", merged, _w(g, rng, D, D)), x
+
+
+def _as_image(g, x):
+    """[B, S, 16] -> [B, 16, S, 1]."""
+    return g.op("Unsqueeze", g.op("Transpose", x, perm=[0, 2, 1]), _ints(g, 3))
+
+
+def _as_tokens(g, t):
+    """[B, 16, S, W] -> [B, S, 16], averaging W away."""
+    return g.op("Transpose", g.op("ReduceMean", t, axes=[3], keepdims=0), perm=[0, 2, 1])
+
+
+def conv_same(g, x, rng):
+    """A UNet's convolutions: a 3x1 kernel padded by 1 above and below (stride 1) keeps the
+    spatial size, and an upsampler's Resize by [1, 1, 1, 2] keeps every size but the last."""
+    c = g.op("Conv", _as_image(g, x), _w(g, rng, D, D, 3, 1), _w(g, rng, D), kernel_shape=[3, 1], pads=[1, 0, 1, 0])
+    r = g.op("Resize", c, "", g.const(np.array([1, 1, 1, 2], np.float32)), mode="nearest")
+    return _as_tokens(g, r), x
+
+
 POSITIVE = {"head_merge": head_merge, "conv1d": conv1d, "elementwise": elementwise, "post_norm": post_norm,
-            "head_copy_of_two": head_copy_of_two}
+            "head_copy_of_two": head_copy_of_two, "heads_into_batch": heads_into_batch, "conv_same": conv_same}
 SHAPES = [(2, 3), (1, 1), (3, 1), (1, 5), (0, 3), (2, 0)]
 
 
@@ -223,13 +263,29 @@ def head_copy_of_one(g, x, rng):
     return g.op("Reshape", t, g.op("Concat", _dim(g, x, 0), _dim(g, x, 1), _ints(g, D), axis=0)), x
 
 
+def conv_unpadded(g, x, rng):
+    """A 3x1 kernel without pads: S-2 rows, which is 1 where S is 3 (the Add then broadcasts)."""
+    c = g.op("Conv", _as_image(g, x), _w(g, rng, D, D, 3, 1), kernel_shape=[3, 1])
+    return _as_tokens(g, c), x
+
+
+def resize_tokens(g, x, rng):
+    """Resize by 2 along S: 2 rows where S is 1 (the Add then broadcasts)."""
+    r = g.op("Resize", _as_image(g, x), "", g.const(np.array([1, 1, 2, 1], np.float32)), mode="nearest")
+    return _as_tokens(g, r), x
+
+
 NEGATIVE = {
+    "conv_unpadded": (conv_unpadded, {}, "cannot tell they agree on axis -2"),
+    "resize_tokens": (resize_tokens, {}, "cannot tell they agree on axis -2"),
     "widening_constant": (widening_constant, {}, "cannot tell they agree on axis -3"),
     "reshape_to_another_tensor": (reshape_to_another_tensor, {"other": ["P", "Q", 4]}, "cannot tell they agree on axis -3"),
     "matmul_by_an_input": (matmul_by_an_input, {"w": [D, "N"]}, "cannot tell they agree on axis -1"),
     "position_embeddings": (position_embeddings, {}, "cannot tell they agree on axis -3"),
     "head_copy_of_one": (head_copy_of_one, {}, "cannot tell they agree on axis -2"),
 }
+# Where the original runs at all: the unpadded kernel needs S >= 3 (and S - 2 = 1 or S to add).
+NEGATIVE_SHAPES = {"conv_unpadded": [(2, 3), (1, 3), (3, 3)]}
 EXTRA_FEEDS = {
     "reshape_to_another_tensor": {"other": lambda b, s: np.zeros([b, s, 4], np.float32)},
     "matmul_by_an_input": {"w": lambda b, s: np.random.default_rng(2).standard_normal([D, D]).astype(np.float32)},
@@ -245,7 +301,7 @@ def test_refused_with_reason_and_plain_norm_fuses(name):
     assert any(reason in x.reason for x in r.near_misses), [x.reason for x in r.near_misses]
     r = fusion.run(m, ["skipnorm", "layernorm"])
     assert r.counts() == {"layernorm": 1}, r.near_misses
-    assert _outputs_match(m, r.model, _feeds(**EXTRA_FEEDS.get(name, {}))) >= 3
+    assert _outputs_match(m, r.model, _feeds(NEGATIVE_SHAPES.get(name, SHAPES), **EXTRA_FEEDS.get(name, {}))) >= 3
 
 
 def test_copy_of_one_really_broadcasts_where_the_size_is_0():
@@ -255,6 +311,15 @@ def test_copy_of_one_really_broadcasts_where_the_size_is_0():
     m.graph.output.append(onnx.helper.make_tensor_value_info(a_name, FLOAT, None))
     y, a = run(m, {"x": np.zeros([0, 0, D], np.float32)})
     assert a.shape == (0, 1, D) and y.shape == (0, 0, D)
+
+
+def test_unpadded_conv_really_broadcasts():
+    """Why conv_unpadded must be refused: at S = 3 its branch has 1 row, broadcast over x's 3."""
+    m = build(conv_unpadded)
+    a_name = next(n for n in m.graph.node if n.name == "residual").input[0]
+    m.graph.output.append(onnx.helper.make_tensor_value_info(a_name, FLOAT, None))
+    y, a = run(m, {"x": np.ones([2, 3, D], np.float32)})
+    assert a.shape == (2, 1, D) and y.shape == (2, 3, D)
 
 
 def test_widening_constant_really_broadcasts():
@@ -281,6 +346,20 @@ def test_terms():
     # Reshape's -1: what is left of the input's element count.
     assert _shapes._quotient((e, f, 16), [f, 4]) == _shapes.product([e], 4)
     assert _shapes._quotient((e, 16), [f]) is None
+
+
+def test_size_arithmetic():
+    """Shape-vector arithmetic on sizes: times a positive int, and an exact division of it."""
+    e = ("dim", 1, 0, "x")
+    mul, div = _shapes._arith("Mul"), _shapes._arith("Div")
+    assert mul(e, 2) == mul(2, e) == _shapes.product([e], 2) and div(_shapes.product([e], 2), 2) == e
+    assert div(_shapes.product([e], 6), 3) == _shapes.product([e], 2)
+    assert div(e, 2) is None and div(_shapes.product([e], 6), 4) is None  # (floor division: not modelled)
+    assert mul(e, -1) is None and mul(e, 0) is None  # (-1 is Reshape's "infer"; 0 its "copy")
+    # 2e is 0 only where e is: a copy of e there changes nothing; a copy of e*f could.
+    f = ("dim", 2, 0, "y")
+    assert _shapes._or_zero(_shapes.product([e], 2), e) == _shapes.product([e], 2)
+    assert _shapes._or_zero(_shapes.product([e, f], 2), e)[0] == "or0"
 
 
 def test_one_analysis_per_graph(monkeypatch):
