@@ -75,9 +75,8 @@ class Flavour:
     skip: tuple[str, ...]
 
 
-# The IPluginV3 interface layer (the TRT8 layer lives in plugin_src/trt8/).
-V3_GLUE = ("common/NormPlugin.cpp", "common/entry.cpp", "fc/FcPlugin.cpp", "layernorm/LayerNormPlugin.cpp",
-           "rmsnorm/RmsNormPlugin.cpp", "groupnorm/GroupNormPlugin.cpp", "skipnorm/SkipNormPlugin.cpp")  # fmt: skip
+# The IPluginV3 interface layer, plugin_src/trt10/ (the TRT8 layer lives in plugin_src/trt8/).
+V3_GLUE = ("trt10/PluginV3.cpp", "trt10/entry.cpp")
 FLAVOURS = {
     10: Flavour(10, LIB_NAME, DESCRIBE_NAME, "describe.cpp", STAMP_NAME, "include", EXPORTS,
                 CREATOR_INTERFACE[:2], PLUGIN_INTERFACE[:2], ("trt8/",)),  # fmt: skip

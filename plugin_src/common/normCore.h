@@ -1,7 +1,7 @@
 // What FusedLayerNorm and FusedRMSNorm do, independent of the TensorRT plugin interface:
 // field parsing, shape checks, the launch and the serialized fields.  Compiled into both
 // libraries, each against its own TensorRT headers (Dims are int64 in 10.x, int32 in 8.x),
-// so the IPluginV3 glue (NormPlugin.cpp) and the IPluginV2DynamicExt glue (trt8/) stay thin.
+// so the IPluginV3 glue (trt10/) and the IPluginV2DynamicExt glue (trt8/) stay thin.
 #pragma once
 
 #include "common/pluginUtils.h"

@@ -1,6 +1,6 @@
 // What FusedGroupNorm does, independent of the TensorRT plugin interface: field parsing, shape
 // checks, the launch and the serialized fields.  Compiled into both libraries (IPluginV3 glue
-// GroupNormPlugin.cpp, IPluginV2DynamicExt glue in trt8/), each against its own headers.
+// in trt10/, IPluginV2DynamicExt glue in trt8/), each against its own headers.
 #pragma once
 
 #include "common/pluginUtils.h"
