@@ -218,46 +218,81 @@ class Matcher:
 
     # -- recursion ----------------------------------------------------------------------
     def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
+        # (The hottest function of a pass: dispatch on the exact pattern class first.)
         bound = st.at.get(id(p))
         if bound is not None:
             yield from self._again(p, bound, t, st)
-        elif isinstance(p, Alt):
-            node = self._producer(t)
-            op = None if node is None else node.op
+            return
+        kind = type(p)
+        if kind is Alt:
+            ins = t.inputs
+            node = ins[0] if len(ins) == 1 else None
+            op = None if node is None or node.graph is not self.home else node.op
+            at = st.at
             for o, o_op, loud in p.table:
                 # Most options fail on the producer's op type: say so without recursing.
-                if o_op is not None and o_op != op and id(o) not in st.at:
+                if o_op is not None and o_op != op and id(o) not in at:
                     if loud and self._outranks(st):
                         self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node of this scope'}, expected {o.op_type}")
                     continue
                 for s in self._match(o, t, st):
                     yield s.bind(p, t)
-        elif isinstance(p, Opt):
+        elif kind is Op:
+            yield from self._match_op(p, t, st)
+        elif kind is Var:
+            yield st.bind(p, t)
+        elif kind is Opt:
             for s in self._match(p.inner, t, st):
                 yield s.bind(p, t)
-        elif isinstance(p, Op):
-            yield from self._match_op(p, t, st)
-        elif isinstance(p, Var):
-            yield st.bind(p, t)
-        elif isinstance(p, Const):
-            # An initializer a caller may override binds a Const without a required value (a
-            # rule may pass it through); its value is never known, so no value can be checked.
-            if not (self.graph.is_constant(t) or (p.value is None and self.graph.overridable(t))):
-                # Outranks alternatives failing as far along: it is the reason the user can act on.
-                bonus = 0.5 if self.graph.overridable(t) else 0.0
-                self.fail(st, lambda: self.graph.not_constant_reason(t), bonus)
-                return
-            if p.value is not None:
-                v = self.graph.scalar(t)
-                if v is None:
-                    self.fail(st, lambda: f"{_desc(t)} is not a one-element constant (expected {p.value:g})")
-                    return
-                if v != p.value:
-                    self.fail(st, lambda: f"{_desc(t)} is {v:g}, expected {p.value:g}")
-                    return
-            yield st.bind(p, t)
+        elif kind is Const:
+            yield from self._match_const(p, t, st)
+        elif isinstance(p, (Alt, Op, Var, Opt, Const)):  # a subclass: the same, by the slower path
+            yield from self._match_subclass(p, t, st)
         else:
             raise TypeError(f"not a pattern: {p!r}")
+
+    def _match_subclass(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
+        base = next(c for c in (Alt, Op, Var, Opt, Const) if isinstance(p, c))
+        if base is Alt:
+            yield from self._match_alt_options(p, t, st)
+        elif base is Op:
+            yield from self._match_op(p, t, st)
+        elif base is Var:
+            yield st.bind(p, t)
+        elif base is Opt:
+            for s in self._match(p.inner, t, st):
+                yield s.bind(p, t)
+        else:
+            yield from self._match_const(p, t, st)
+
+    def _match_alt_options(self, p: Alt, t: Tensor, st: _State) -> Iterator[_State]:
+        node = self._producer(t)
+        op = None if node is None else node.op
+        for o, o_op, loud in p.table:
+            if o_op is not None and o_op != op and id(o) not in st.at:
+                if loud and self._outranks(st):
+                    self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node of this scope'}, expected {o.op_type}")
+                continue
+            for s in self._match(o, t, st):
+                yield s.bind(p, t)
+
+    def _match_const(self, p: Const, t: Tensor, st: _State) -> Iterator[_State]:
+        # An initializer a caller may override binds a Const without a required value (a
+        # rule may pass it through); its value is never known, so no value can be checked.
+        if not (self.graph.is_constant(t) or (p.value is None and self.graph.overridable(t))):
+            # Outranks alternatives failing as far along: it is the reason the user can act on.
+            bonus = 0.5 if self.graph.overridable(t) else 0.0
+            self.fail(st, lambda: self.graph.not_constant_reason(t), bonus)
+            return
+        if p.value is not None:
+            v = self.graph.scalar(t)
+            if v is None:
+                self.fail(st, lambda: f"{_desc(t)} is not a one-element constant (expected {p.value:g})")
+                return
+            if v != p.value:
+                self.fail(st, lambda: f"{_desc(t)} is {v:g}, expected {p.value:g}")
+                return
+        yield st.bind(p, t)
 
     def _again(self, p: Pattern, bound: Tensor, t: Tensor, st: _State) -> Iterator[_State]:
         """``p`` reached a second time, at ``t``: it stands for what it bound first."""
@@ -291,7 +326,8 @@ class Matcher:
         return node if node is not None and node.graph is self.home else None
 
     def _match_op(self, p: Op, t: Tensor, st: _State) -> Iterator[_State]:
-        node = producer(t)
+        ins = t.inputs
+        node = ins[0] if len(ins) == 1 else None  # (producer(t), inlined)
         if node is None:
             if not p.quiet:
                 self.fail(st, lambda: f"{_desc(t)} is not computed by a node (expected {p.op_type})")
@@ -332,7 +368,15 @@ class Matcher:
         if p.commute and len(inputs) == 2 and inputs[0] is not inputs[1]:
             orders.append(inputs[::-1])
         for ins in orders:
-            yield from self._match_all(list(zip(pats, ins)), 0, st)
+            pairs = list(zip(pats, ins))
+            if len(pairs) == 1:  # (one and two inputs, most ops: without a generator per input)
+                yield from self._match(pairs[0][0], pairs[0][1], st)
+            elif len(pairs) == 2:
+                (p0, t0), (p1, t1) = pairs
+                for s in self._match(p0, t0, st):
+                    yield from self._match(p1, t1, s)
+            else:
+                yield from self._match_all(pairs, 0, st)
 
     def _match_all(self, pairs: list, i: int, st: _State) -> Iterator[_State]:
         """Match ``pairs[i:]`` (pattern, tensor) in order."""
