@@ -22,7 +22,7 @@ import onnx
 from ..rewrite import specs
 from ..errors import FusionError
 from ..ir.view import Node
-from ..ir.graph import WEIGHTS_STUB, ModelGraph, Scope, freeze_initializers, in_order, weightless
+from ..ir.graph import ModelGraph, Scope, freeze_initializers, in_order, weightless
 from ..ir.model_io import check_graph, check_versions, external_tensors
 from ..match.pattern import Failure, Match, Matcher
 from ..rewrite.editor import Editor, Emitter, Reject, topologically_sorted
@@ -90,7 +90,7 @@ def _gc_paused(fn: Callable) -> Callable:
 
     A pass allocates a graph view of every node and tensor, all alive until it ends: the
     collector's passes over them find nothing to free and cost more than the matching they
-    interrupt.  Reference counting still frees everything; cycles wait for the next pass."""
+    interrupt.  Reference counting still frees what it can; cycles wait for the next collection."""
 
     @functools.wraps(fn)
     def paused(*args, **kwargs):
@@ -452,12 +452,6 @@ def _check(model: onnx.ModelProto, base_dir: str | None, full: bool = True, ligh
     ``light``: ``model`` is weightless already (``weightless`` would leave it as it is).
     """
     light = model if light else weightless(model)
-    if _stubs_only(light.graph.initializer) and _stubs_checked_in_memory():
-        try:
-            onnx.checker.check_model(light, full_check=full)
-            return
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
-            pass  # (an external file elsewhere, a Constant's say, or a real error: the check below tells)
     with tempfile.TemporaryDirectory(prefix="fusion-check-") as tmp:
         path = os.path.join(tmp, "model.onnx")
         with open(path, "wb") as f:
@@ -471,36 +465,6 @@ def _check(model: onnx.ModelProto, base_dir: str | None, full: bool = True, ligh
             if not _placeholders(tmp, external_tensors(light)):
                 raise
             onnx.checker.check_model(path, full_check=full)
-
-
-def _stubs_only(tensors: Iterable[onnx.TensorProto]) -> bool:
-    """Whether every external tensor of ``tensors`` is one ``weightless`` stubbed."""
-    for t in tensors:
-        if t.data_location == onnx.TensorProto.EXTERNAL and any(
-            e.key == "location" and e.value != WEIGHTS_STUB for e in t.external_data
-        ):
-            return False
-    return True
-
-
-@functools.cache
-def _stubs_checked_in_memory() -> bool:
-    """Whether this onnx's checker passes a model in memory whose weights are stubs (it skips
-    locations starting with '#'): that spares writing it to a scratch directory."""
-    stub = onnx.helper.make_tensor("w", onnx.TensorProto.FLOAT, [2], [0.0, 0.0])
-    stub.ClearField("float_data")
-    stub.data_location = onnx.TensorProto.EXTERNAL
-    entry = stub.external_data.add()
-    entry.key, entry.value = "location", WEIGHTS_STUB
-    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
-    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
-    graph = onnx.helper.make_graph([onnx.helper.make_node("Add", ["x", "w"], ["y"])], "probe", [x], [y], [stub])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
-        return False
-    return True
 
 
 def _placeholders(folder: str, tensors: Iterable[onnx.TensorProto]) -> bool:
