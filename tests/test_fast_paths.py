@@ -261,3 +261,71 @@ def test_the_checker_gets_exactly_the_weightless_fused_model(monkeypatch):
     assert len(checked) == 1
     assert any(t.data_location == TensorProto.EXTERNAL for t in checked[0].graph.initializer), "not a weightless copy"
     assert checked[0].SerializeToString() == weightless(out).SerializeToString()
+
+
+def test_a_pass_pauses_the_cyclic_gc_and_restores_the_callers_setting(monkeypatch):
+    """The collector stays off while a pass runs (it would only walk the live graph view), the
+    caller's setting comes back, even on an error, and the pass leaves no cycles behind."""
+    import gc
+
+    seen: list[bool] = []
+    check = LN_RULE.check
+    monkeypatch.setattr(type(LN_RULE), "check", lambda self, m, ctx: seen.append(gc.isenabled()) or check(m, ctx))
+    model = onnx.load(str(FIXTURES / "models/bert_legacy_op13_fp32.onnx"))
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert count(fusion.fuse_layernorm(model), "FusedLayerNorm") > 0
+        assert gc.isenabled() and seen and not any(seen)
+        gc.disable()
+        gc.collect()
+        fusion.fuse_layernorm(model)
+        assert not gc.isenabled()
+        # The view's links are broken when the pass ends: reference counting frees it, so no
+        # collection of everything the pass allocated follows the call (it found 2793 objects).
+        assert gc.collect() < 100
+        gc.enable()
+        with pytest.raises(fusion.FusionError):
+            fusion.fuse_layernorm(model, target="nope")
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_pattern_subclasses_match_as_their_classes_do():
+    """The matcher dispatches on the exact pattern classes for speed; a subclass takes the slower path to the same result."""
+    from fusion.match.pattern import Alt, Const, Opt
+
+    class MyOp(Op):
+        pass
+
+    class MyVar(Var):
+        pass
+
+    class MyAlt(Alt):
+        pass
+
+    class MyConst(Const):
+        pass
+
+    class MyOpt(Opt):
+        pass
+
+    g = G(opset=13)
+    x = g.input("x", FLOAT, [2])
+    two = g.const(2.0, "two")
+    y = g.op("Add", g.op("Mul", x, two), g.op("Neg", x))
+    g.output(y, FLOAT)
+    graph = ModelGraph.from_proto(g.model())
+    root = graph.scopes[0].ir.nodes[-1]
+
+    def bound(p):
+        return [(sorted(m.nodes), sorted((k, t.name) for k, t in m.tensors.items())) for m in Matcher(graph).match(p, root)]
+
+    def pattern(op, var, alt, const, opt):
+        a = var("a")
+        return op("Add", alt(op("Mul", a, const("k", value=2.0), name="mul"), op("Relu", a)), op("Neg", a, opt(var("z"))), name="add")
+
+    plain = bound(pattern(Op, Var, Alt, Const, Opt))
+    assert plain and plain == bound(pattern(MyOp, MyVar, MyAlt, MyConst, MyOpt))
+    assert not bound(pattern(MyOp, MyVar, MyAlt, lambda name, value: MyConst(name, value=3.0), MyOpt))

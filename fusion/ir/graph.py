@@ -89,6 +89,7 @@ class ModelGraph:
     locators: list[tuple] = field(default_factory=list)
     _names: set[str] | None = None
     _values: dict[ir.Tensor, np.ndarray] = field(default_factory=dict, repr=False)  # constants' values, read once
+    _node_values: dict[ir.Node, onnx.TensorProto | None] = field(default_factory=dict, repr=False)  # Constant nodes', read once
     _shapes_inferred: bool = False
     _light: onnx.ModelProto | None = field(default=None, repr=False)  # weightless(proto), kept from shape inference
     # Analyses of the graph as read, made once and kept for the pass (patterns/_shapes.py).
@@ -155,9 +156,9 @@ class ModelGraph:
                 names.update(t.name for t in s.ir.outputs)
                 if not s.is_function:
                     names.update(t.name for t in s.proto.initializer)
-                for n in s.ir.nodes:
-                    names.add(n.name)
-                    names.update(t.name for t in n.outputs)
+                nodes = s.ir.nodes  # (two flat passes: no generator per node)
+                names.update([n.name for n in nodes])
+                names.update([t.name for n in nodes for t in n.outputs])
             scanned = {s.locator for s in self.scopes}
             for key in self.locators:  # the functions left out of the view
                 if key not in scanned:
@@ -197,7 +198,11 @@ class ModelGraph:
         if len(t.inputs) == 1:
             node = t.inputs[0]
             if node.op == "Constant" and node.domain in ("", "ai.onnx"):
-                return _constant_node_value(node.proto)
+                # (asked for again and again while matching: its attributes are read once)
+                values = self._node_values
+                if node not in values:
+                    values[node] = _constant_node_value(node.proto)
+                return values[node]
             if node.op == "Identity" and node.domain in ("", "ai.onnx") and node.inputs:
                 return self.constant_proto(node.inputs[0])
         return None
@@ -305,9 +310,8 @@ class ModelGraph:
                     continue
                 seen.add(name)
                 t = tensors.get(name)
-                if t is None or t.const is not None or (t.dtype is not None and t.shape is not None):
-                    continue
-                t.add_info(vi)
+                if t is not None and t.const is None:
+                    t.offer_info(vi)
             return
         infos: dict[str, onnx.ValueInfoProto] = {}
         for g in _walk_graph_protos(inferred):
@@ -490,7 +494,7 @@ def in_order(g: ir.Graph) -> bool | None:
     may shadow the enclosing graph's) or with a node that has subgraphs (what they read)."""
     if g.parent is not None or any(n.subgraphs for n in g.nodes):
         return None
-    return all(p.index < n.index for n in g.nodes for t in n.inputs for p in t.inputs if p.graph is g)
+    return g.producers_first()
 
 
 def _proto_names(c: onnx.GraphProto | onnx.FunctionProto) -> Iterator[str]:

@@ -136,12 +136,9 @@ def _check_acyclic(g: ir.Graph, where: str) -> None:
 
     Exported graphs are topologically sorted, which one pass proves: then no cycle is possible.
     """
-    if not any(n.subgraphs for n in g.nodes):  # (subgraph reads would need the full walk)
-        producers_first = all(
-            t.inputs[0].index < n.index for n in g.nodes for t in n.inputs if t.inputs and t.inputs[0].graph is g
-        )
-        if producers_first:
-            return
+    # (Each value has one producer here: check_graph rejected the rest before.)
+    if not any(n.subgraphs for n in g.nodes) and g.producers_first():  # (subgraph reads would need the full walk)
+        return
     index = {id(n): i for i, n in enumerate(g.nodes)}
     pending = [0] * len(g.nodes)
     users: list[list[int]] = [[] for _ in g.nodes]

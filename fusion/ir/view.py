@@ -79,6 +79,13 @@ class Tensor:
         self._decode()
         self._info = vi
 
+    def offer_info(self, vi: onnx.ValueInfoProto) -> None:
+        """``add_info(vi)`` if this tensor lacks its element type or dims (its annotation read first)."""
+        if self._info is not None:
+            self._decode()
+        if self._dtype is None or self._shape is None:
+            self._info = vi
+
     def _decode(self) -> None:
         vi, self._info = self._info, None
         if vi is None or not vi.type.HasField("tensor_type"):
@@ -143,6 +150,16 @@ class Graph:
         self.outputs: list[Tensor] = []
         self.tensors: dict[str, Tensor] = {}
         self.defined: set[str] = set()  # graph inputs and initializers (function inputs)
+        self._producers_first: bool | None = None
+
+    def producers_first(self) -> bool:
+        """Whether every node comes after the nodes of this graph that compute what it reads
+        (found once: the view never changes)."""
+        if self._producers_first is None:
+            self._producers_first = all(
+                p.index < n.index for n in self.nodes for t in n.inputs for p in t.inputs if p.graph is self
+            )
+        return self._producers_first
 
     def lookup(self, name: str) -> Tensor | None:
         g: Graph | None = self

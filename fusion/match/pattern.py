@@ -29,7 +29,7 @@ can say why it did not fuse.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 
 from ..ir.view import Node, Tensor
@@ -217,62 +217,88 @@ class Matcher:
         return self._best is None or len(st.order) >= self._best[0]
 
     # -- recursion ----------------------------------------------------------------------
-    def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterator[_State]:
+    def _match(self, p: Pattern, t: Tensor, st: _State) -> Iterable[_State]:
+        """The states matching ``p`` at ``t`` extends ``st`` to, as its caller iterates them at once.
+
+        (The hottest function of a pass.  It dispatches on the exact pattern class and hands
+        back the generator that does the work, or the states themselves where there is at most
+        one (a Var, a Const, a pattern reached again): a generator less per pattern object on
+        the way down, through which every state would otherwise be passed back up.  Each
+        caller iterates the result right away, so failures are recorded in the same order.)"""
         bound = st.at.get(id(p))
         if bound is not None:
-            yield from self._again(p, bound, t, st)
-        elif isinstance(p, Alt):
-            node = self._producer(t)
-            op = None if node is None else node.op
-            for o, o_op, loud in p.table:
-                # Most options fail on the producer's op type: say so without recursing.
-                if o_op is not None and o_op != op and id(o) not in st.at:
-                    if loud and self._outranks(st):
-                        self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node of this scope'}, expected {o.op_type}")
-                    continue
-                for s in self._match(o, t, st):
-                    yield s.bind(p, t)
-        elif isinstance(p, Opt):
-            for s in self._match(p.inner, t, st):
-                yield s.bind(p, t)
-        elif isinstance(p, Op):
-            yield from self._match_op(p, t, st)
-        elif isinstance(p, Var):
-            yield st.bind(p, t)
-        elif isinstance(p, Const):
-            # An initializer a caller may override binds a Const without a required value (a
-            # rule may pass it through); its value is never known, so no value can be checked.
-            if not (self.graph.is_constant(t) or (p.value is None and self.graph.overridable(t))):
-                # Outranks alternatives failing as far along: it is the reason the user can act on.
-                bonus = 0.5 if self.graph.overridable(t) else 0.0
-                self.fail(st, lambda: self.graph.not_constant_reason(t), bonus)
-                return
-            if p.value is not None:
-                v = self.graph.scalar(t)
-                if v is None:
-                    self.fail(st, lambda: f"{_desc(t)} is not a one-element constant (expected {p.value:g})")
-                    return
-                if v != p.value:
-                    self.fail(st, lambda: f"{_desc(t)} is {v:g}, expected {p.value:g}")
-                    return
-            yield st.bind(p, t)
-        else:
-            raise TypeError(f"not a pattern: {p!r}")
+            return self._again(p, bound, t, st)
+        kind = type(p)
+        if kind is Op:
+            return self._match_op(p, t, st)
+        if kind is Alt:
+            return self._match_alt(p, t, st)
+        if kind is Var:
+            return (st.bind(p, t),)
+        if kind is Const:
+            return self._match_const(p, t, st)
+        if kind is Opt:
+            return self._match_opt(p, t, st)
+        if isinstance(p, Op):  # subclasses: what their class does
+            return self._match_op(p, t, st)
+        if isinstance(p, Alt):
+            return self._match_alt(p, t, st)
+        if isinstance(p, Var):
+            return (st.bind(p, t),)
+        if isinstance(p, Const):
+            return self._match_const(p, t, st)
+        if isinstance(p, Opt):
+            return self._match_opt(p, t, st)
+        raise TypeError(f"not a pattern: {p!r}")
 
-    def _again(self, p: Pattern, bound: Tensor, t: Tensor, st: _State) -> Iterator[_State]:
+    def _match_alt(self, p: Alt, t: Tensor, st: _State) -> Iterator[_State]:
+        ins = t.inputs
+        node = ins[0] if len(ins) == 1 else None  # (self._producer(t), inlined)
+        op = None if node is None or node.graph is not self.home else node.op
+        at = st.at
+        for o, o_op, loud in p.table:
+            # Most options fail on the producer's op type: say so without recursing.
+            if o_op is not None and o_op != op and id(o) not in at:
+                if loud and self._outranks(st):
+                    self.fail(st, lambda o=o: f"{_desc(t)} comes from {op or 'no node of this scope'}, expected {o.op_type}")
+                continue
+            for s in self._match(o, t, st):
+                yield s.bind(p, t)
+
+    def _match_opt(self, p: Opt, t: Tensor, st: _State) -> Iterator[_State]:
+        for s in self._match(p.inner, t, st):
+            yield s.bind(p, t)
+
+    def _match_const(self, p: Const, t: Tensor, st: _State) -> tuple[_State, ...]:
+        # An initializer a caller may override binds a Const without a required value (a
+        # rule may pass it through); its value is never known, so no value can be checked.
+        if not (self.graph.is_constant(t) or (p.value is None and self.graph.overridable(t))):
+            # Outranks alternatives failing as far along: it is the reason the user can act on.
+            bonus = 0.5 if self.graph.overridable(t) else 0.0
+            self.fail(st, lambda: self.graph.not_constant_reason(t), bonus)
+            return ()
+        if p.value is not None:
+            v = self.graph.scalar(t)
+            if v is None:
+                self.fail(st, lambda: f"{_desc(t)} is not a one-element constant (expected {p.value:g})")
+                return ()
+            if v != p.value:
+                self.fail(st, lambda: f"{_desc(t)} is {v:g}, expected {p.value:g}")
+                return ()
+        return (st.bind(p, t),)
+
+    def _again(self, p: Pattern, bound: Tensor, t: Tensor, st: _State) -> tuple[_State, ...]:
         """``p`` reached a second time, at ``t``: it stands for what it bound first."""
         if bound is t:
-            yield st
-            return
+            return (st,)
         if bound is _ABSENT or t is _ABSENT:
             self.fail(st, lambda: f"{p!r} is present at one place and absent at another")
-            return
+            return ()
         if not isinstance(p, (Var, Op)) and _same_constant(self.graph, bound, t):
-            yield st  # two constants of one value (a Const, or a constant option of an Alt)
-            return
+            return (st,)  # two constants of one value (a Const, or a constant option of an Alt)
         if isinstance(p, (Var, Const)):
             self.fail(st, lambda: f"{getattr(p, 'name', p)!r} reached as both {bound.name!r} and {t.name!r}")
-            return
+            return ()
         extra = _duplicate(self.graph, bound, t, self.home, self.claimed)
         if extra is None:
             if isinstance(p, Op):
@@ -282,8 +308,8 @@ class Matcher:
             else:
                 self.fail(st, lambda: f"{_desc(t)} should be {bound.name!r}, which the same part of the pattern "
                           "matched elsewhere (or an identical copy of it)")
-            return
-        yield st.with_extra(extra)
+            return ()
+        return (st.with_extra(extra),)
 
     def _producer(self, t: Tensor) -> Node | None:
         """The node computing ``t`` in the match's scope (an enclosing graph's is no node here)."""
@@ -291,7 +317,8 @@ class Matcher:
         return node if node is not None and node.graph is self.home else None
 
     def _match_op(self, p: Op, t: Tensor, st: _State) -> Iterator[_State]:
-        node = producer(t)
+        ins = t.inputs
+        node = ins[0] if len(ins) == 1 else None  # (producer(t), inlined)
         if node is None:
             if not p.quiet:
                 self.fail(st, lambda: f"{_desc(t)} is not computed by a node (expected {p.op_type})")
@@ -327,12 +354,19 @@ class Matcher:
                 self.fail(st, lambda: f"{node.op} {node.name!r} lacks an optional input present elsewhere")
                 return
             st = st.bind(q, _ABSENT)
-        pats = p.inputs[: len(inputs)]
+        pats, n = p.inputs, len(inputs)
         orders = [inputs]
-        if p.commute and len(inputs) == 2 and inputs[0] is not inputs[1]:
+        if p.commute and n == 2 and inputs[0] is not inputs[1]:
             orders.append(inputs[::-1])
         for ins in orders:
-            yield from self._match_all(list(zip(pats, ins)), 0, st)
+            if n == 1:  # (one and two inputs, most ops: without a generator per input)
+                yield from self._match(pats[0], ins[0], st)
+            elif n == 2:
+                p1, t1 = pats[1], ins[1]
+                for s in self._match(pats[0], ins[0], st):
+                    yield from self._match(p1, t1, s)
+            else:
+                yield from self._match_all(list(zip(pats, ins)), 0, st)
 
     def _match_all(self, pairs: list, i: int, st: _State) -> Iterator[_State]:
         """Match ``pairs[i:]`` (pattern, tensor) in order."""

@@ -8,6 +8,8 @@ reason, when they got far enough for it to be interesting.
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
 import os
 import tempfile
@@ -83,6 +85,28 @@ class InternalError(FusionError):
     exit_code = 3
 
 
+def _gc_paused(fn: Callable) -> Callable:
+    """Run ``fn`` with the cyclic garbage collector off (the caller's setting restored after).
+
+    A pass allocates a graph view of every node and tensor, all alive until it ends: the
+    collector's passes over them find nothing to free and cost more than the matching they
+    interrupt.  The pass breaks the view's cycles as it ends (``_release``): reference counting
+    frees it then, and no collection of all it allocated follows."""
+
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
+@_gc_paused
 def run(
     model: onnx.ModelProto,
     rules: Sequence[Rule],
@@ -163,6 +187,7 @@ def run(
     misses = _dedupe(misses, claimed)
 
     if dry_run or not editor.modified:
+        _release(graph)
         return PassResult(model, False, fusions, misses, [], time.perf_counter() - t0, dry_run=dry_run)
     edit_in_place = inplace or work is not caller  # a sorted copy is ours to edit
     freezing = assume_constant_initializers or ir_version < 4
@@ -189,7 +214,22 @@ def run(
     if inplace and work is not caller:
         caller.CopyFrom(out)
         out = caller
+    _release(graph)
     return PassResult(out, True, fusions, misses, warnings, time.perf_counter() - t0)
+
+
+def _release(graph: ModelGraph) -> None:
+    """Break the view's links (node <-> tensor <-> graph) so that reference counting frees it
+    when the pass ends, instead of a collection of everything the pass allocated after it."""
+    for scope in graph.scopes:
+        g = scope.ir
+        for n in g.nodes:
+            n.inputs = n.outputs = ()
+            n.graph = n.scope = None
+        for t in g.tensors.values():
+            t.inputs = t.outputs = ()
+        g.nodes, g.tensors = [], {}
+    graph.scopes = []
 
 
 class _NearSignature:
