@@ -13,6 +13,6 @@ from . import einsum_fc, gemm, groupnorm, layernorm, native, rmsnorm, skipnorm
 # do not fit, the plain norm rules, next, fuse the norm alone.  The native rules (an exporter's
 # own LayerNormalization / RMSNormalization) root at those nodes, the others at a chain's end.
 RULES: list[Rule] = [
-    skipnorm.LAYER_RULE, skipnorm.RMS_RULE, skipnorm.NATIVE_LAYER_RULE, skipnorm.NATIVE_RMS_RULE,
+    skipnorm.LAYER_RULE, skipnorm.RMS_RULE, skipnorm.NATIVE_LAYER_RULE, skipnorm.NATIVE_RMS_RULE, skipnorm.TF_LAYER_RULE,
     layernorm.RULE, layernorm.TF_RULE, rmsnorm.RULE, native.LAYER_RULE, native.RMS_RULE, gemm.RULE, einsum_fc.RULE, groupnorm.RULE,
 ]

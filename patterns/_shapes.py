@@ -318,6 +318,15 @@ class ScopeShapes:
                 return None
             out = [_ELEMENTWISE[op](*(v[k if len(v) > 1 else 0] for v in vs)) for k in range(n)]
             return None if any(e is None for e in out) else tuple(out)
+        if op == "ReduceProd" and self._rank(ins[0]) == 1:
+            # tf2onnx's batched MatMul (Einsum) counts its batch as the product of the batch dims.
+            axes, given = self._axes(node), len(ins) > 1 and bool(ins[1].name)
+            v = self.value(ins[0], depth - 1)
+            if v is None or (given and axes is None) or axes not in (None, [], [0], [-1]):
+                return None
+            if not axes and int(node.attrs.get("noop_with_empty_axes", 0)):
+                return None
+            return (product(v),)
         if op == "Slice" and self._rank(ins[0]) == 1:
             v, cut = self.value(ins[0], depth - 1), self._slice_args(node)
             if v is None or cut is None or len(cut[0]) != 1 or cut[2][0] not in (0, -1) or cut[3][0] <= 0:
@@ -437,6 +446,31 @@ class ScopeShapes:
         if scales is None or scales.size != len(x):
             return None
         return [tuple(d if float(k) == 1.0 else opaque(node.outputs[0], i) for i, (d, k) in enumerate(zip(x, scales.reshape(-1))))]
+
+    def _op_Einsum(self, node: Node, x) -> list | None:
+        """An explicit equation without ellipsis (tf2onnx's Keras EinsumDense and attention): each
+        output letter has its inputs' size for that letter, their broadcast where it repeats."""
+        eq = node.attrs.get("equation", "")
+        eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+        if "->" not in eq or "." in eq:
+            return None
+        lhs, out = eq.split("->")
+        subs = lhs.split(",")
+        shapes = [self.shape(i) for i in node.inputs]
+        if len(subs) != len(shapes) or any(s is None or len(s) != len(sub) for s, sub in zip(shapes, subs)):
+            return None
+        sizes: dict[str, list] = {}
+        for sub, s in zip(subs, shapes):
+            for letter, d in zip(sub, s):
+                sizes.setdefault(letter, []).append(d)
+        if any(letter not in sizes for letter in out):
+            return None
+        dims = [broadcast(sizes[letter]) for letter in out]
+        return None if any(d is None for d in dims) else [tuple(dims)]
+
+    def _op_GlobalAveragePool(self, node: Node, x) -> list | None:
+        """The mean over every axis from 2 on, kept as 1s (tf2onnx's mean over trailing axes)."""
+        return None if len(x) < 2 else [x[:2] + (1,) * (len(x) - 2)]
 
     def _op_Transpose(self, node: Node, x) -> list | None:
         perm = node.attrs.get("perm")
@@ -653,13 +687,21 @@ def _equal(x, y):
     return 0 if k is not None and k < 0 else None
 
 
+def _max(x, y):
+    """Max on value elements: equal sizes, or ints (Max(1, d) is not d where d is 0)."""
+    if x == y:
+        return x
+    return max(x, y) if isinstance(x, int) and isinstance(y, int) else None
+
+
 def _where(c, x, y):
     return None if not isinstance(c, int) else x if c else y
 
 
-# Elementwise ops followed on shape vectors (TorchScript's Expand writes -1 as Where(v == -1, 1, v)).
+# Elementwise ops followed on shape vectors (TorchScript's Expand writes -1 as Where(v == -1, 1, v); tf2onnx's
+# batched MatMul takes the broadcast batch shape as Max of the operands').
 _ELEMENTWISE = {"Add": _arith("Add"), "Sub": _arith("Sub"), "Mul": _arith("Mul"), "Div": _arith("Div"), "Equal": _equal,
-                "Where": _where}
+                "Where": _where, "Max": _max}
 
 
 def _bounded(s: tuple, t: Tensor) -> tuple:

@@ -7,7 +7,10 @@ once and writes the normalized output (and the sum, where later nodes read it) s
 Post-norm (BERT): the sum feeds only the norm.  Pre-norm (GPT-2, ViT, LLaMA, T5): the sum is
 also the next residual, so the fused node has a second output, the sum, under its old name.
 The norm part is the LayerNorm / RMSNorm rules' own pattern and check (``analyze``); where a
-skip norm does not fit, those rules, tried next at the same root, fuse the norm alone.
+skip norm does not fit, those rules, tried next at the same root, fuse the norm alone.  A plain
+rule's pattern becomes a skip rule's by putting the residual in place of its input
+(:func:`over_sum`): so TensorFlow's LayerNorm, whose input x is read by the mean, the variance
+and x·s alike, takes the residual Add in front of it as the other spellings do.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from onnx import numpy_helper
 
 from fusion.ir.graph import producer
 from fusion.ir.view import Tensor
-from fusion.match.pattern import Const, Match, Op, Var
+from fusion.match.pattern import Alt, Const, Match, Op, Opt, Pattern, Var
 from fusion.rewrite import functions, specs
 from fusion.rewrite.editor import Emitter, Reject
 from fusion.rewrite.rules import Context, Rule
@@ -36,6 +39,32 @@ _register_bodies()
 # The pattern object the norm reads as its input: the bias Add, or the residual Add itself.
 _residual = Op("Add", Var("a"), Var("b"), name="residual")
 SUM = Op("Add", _residual, Const("bias"), name="add_bias") | _residual
+
+
+def over_sum(p: Pattern, x: Var) -> Pattern:
+    """A plain norm rule's pattern with the residual :data:`SUM` in place of its input ``x``.
+
+    The copy keeps the pattern's sharing (an object reached twice is copied once), so every
+    place the norm reads x must read the one residual sum, as the matcher binds a shared
+    pattern to one tensor; ``where`` tests are kept as they are (guards that change no match)."""
+    memo: dict[int, Pattern] = {id(x): SUM}
+
+    def copy(q: Pattern) -> Pattern:
+        if id(q) in memo:
+            return memo[id(q)]
+        if isinstance(q, Op):
+            out: Pattern = Op(q.op_type, *map(copy, q.inputs), name=q.name, commute=q.commute, where=q.where,
+                              quiet=q.quiet)
+        elif isinstance(q, Alt):
+            out = Alt(*map(copy, q.options))
+        elif isinstance(q, Opt):
+            out = Opt(copy(q.inner))
+        else:  # Var, Const: no inputs; shared as they are
+            out = q
+        memo[id(q)] = out
+        return out
+
+    return copy(p)
 
 # TensorRT 8.5.3's CustomSkipLayerNormPluginDynamic has no epsilon field: it adds none (later
 # releases add the type's machine epsilon).  Only a model eps this small is within fp32 rounding.
@@ -278,6 +307,21 @@ class SkipLayerNormRule(SkipNormRule):
     )
 
 
+class SkipLayerNormTFRule(SkipLayerNormRule):
+    """The residual Add in front of TensorFlow's LayerNorm (the layernorm pass's second rule):
+    its pattern over the sum, the rest as the decomposed skip rules."""
+
+    pattern = over_sum(layernorm.TF_PATTERN, layernorm.x)
+    doc = "Add(x, skip) (→ Add bias) → TensorFlow's LayerNorm, x·s + (β − mean·s); the sum also output where later nodes read it"
+    variants = (
+        "residual: Add(x, skip) in either operand order, x and skip of one shape (no broadcasting)",
+        "bias: Add(x + skip, bias) with bias varying only along the normalized dims, or none",
+        "norm: every form the layernorm rule's TensorFlow form covers (tf2onnx / keras2onnx, Keras 3), the sum read "
+        "by the mean, the variance and x·s",
+        "sum: read only by the norm (post-norm, BERT) or also by later nodes (pre-norm: a second output)",
+    )
+
+
 class SkipRMSNormRule(SkipNormRule):
     name = "skiprmsnorm"
     kind = "rms"
@@ -335,6 +379,7 @@ class NativeSkipRMSNormRule(NativeSkipNormRule):
 
 
 LAYER_RULE = SkipLayerNormRule()
+TF_LAYER_RULE = SkipLayerNormTFRule()
 RMS_RULE = SkipRMSNormRule()
 NATIVE_LAYER_RULE = NativeSkipLayerNormRule()
 NATIVE_RMS_RULE = NativeSkipRMSNormRule()

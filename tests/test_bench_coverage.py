@@ -135,3 +135,14 @@ def test_committed_results_add_up_and_the_readme_quotes_them():
         expected = sum(r["skip_expected"] for r in sub)
         for tool in ("ours", "onnxruntime"):
             assert f"{sum(r[f'skip_{tool}'] for r in sub)}/{expected}" in line, (start, tool)
+
+
+def test_keras_layernorm_sites_are_seen_and_our_skip_nodes_match_them():
+    """TensorFlow's LayerNorm (x·s + ((−mean)·s + β)) is a site of the walk: without it each fused
+    Keras skip node would count as a false positive.  The embeddings' LayerNorm is no site."""
+    path = EXPORTERS.parent / "keras_bert_tf2onnx_op13.onnx"
+    sites = sc.Sites(onnx.load(str(path)))
+    assert len(sites.sites) == 4 and len(sc.tf_layernorms(sites.gv)) == 5
+    fused = fusion.run(str(path), ["skipnorm", "layernorm", "rmsnorm"]).model
+    nodes = [n for n in fused.graph.node if n.op_type in sc.OURS_SKIP_OPS]
+    assert len(nodes) == 4 and all(sites.matches(n, fused) for n in nodes)

@@ -144,3 +144,26 @@ def test_one_pass_variance_is_said_in_the_record():
     assert any("one-pass variance" in n and "more accurate" in n for n in notes), notes
     assert any("constant rows" in n for n in notes), notes
     assert "note: one-pass variance" in str(result)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=_id)
+@pytest.mark.parametrize("target", ["plugin", "onnx"])
+def test_residual_norm_sites_fuse_as_skip_norms(record, target):
+    """Every residual + norm site of the source model (manifest ``residual_norm_sites``: the Keras
+    encoder's 4, TensorFlow's LayerNorm after each residual Add) fuses as a skip norm, and no other
+    Add does; the outputs stay the source framework's."""
+    if target == "onnx" and record["opset"] < 17:
+        pytest.skip("target onnx writes LayerNormalization, opset 17")
+    path, feeds, ref = _load(record)
+    result = fusion.run(str(path), ["skipnorm", "layernorm", "rmsnorm"], target=target)
+    counts = result.counts()
+    sites = record["residual_norm_sites"]
+    assert counts.get("skiplayernorm", 0) + counts.get("skiprmsnorm", 0) == sites, (counts, [m.reason for m in result.near_misses])
+    if not sites:
+        return
+    assert counts.get("layernorm", 0) == record["expected_layernorm_fusions"] - sites, counts
+    got = run(result.model, feeds)
+    assert _close(got, run(onnx.load(str(path)), feeds)) <= TOLERANCE
+    assert _close(got, ref) <= TOLERANCE
+    other = _other_shape(record, feeds)
+    assert _close(run(result.model, other), run(onnx.load(str(path)), other)) <= TOLERANCE
