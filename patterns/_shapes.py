@@ -11,16 +11,20 @@ Terms: an ``int`` (a static size); ``("dim", id, axis, name)``: the size of a te
 analysis cannot see through (a graph input, an op it does not model) along an axis;
 ``("bcast", terms)``: the broadcast of sizes that may differ; ``("prod", factors, k)``: a
 product (a Reshape's -1, a Flatten); ``("or0", e, c)``: a Reshape element ``e`` that is copied
-from the input's size ``c`` where ``e`` is 0 (``allowzero=0``).
+from the input's size ``c`` where ``e`` is 0 (``allowzero=0``); ``("eq", terms)``: one size
+that each of ``terms`` names (a broadcast of sizes none of which can be 1, see ``never_one``).
 
 What makes it sound: a term names the same runtime value wherever it appears, because it is
 derived only from the tensor's ancestors, assuming they ran (as ``_norm._proven_dim`` does:
-"or the op fails").  A broadcast that succeeded gives the one size other than 1; a Concat the
-size its inputs share; a Reshape exactly its shape vector's elements (0 copies, -1 divides);
-``Shape(x)`` and ``Gather``/``Slice``/``Concat`` of it give ``x``'s terms back as values.
-Anything not modelled falls back to what shape inference annotates (ints kept, every other
-dim a fresh opaque term), or to "unknown", which proves nothing.  Graph inputs' named dims
-are not taken as equal across inputs (onnxruntime does not check them).
+"or the op fails").  A broadcast that succeeded gives the one size other than 1, so it equals
+each of its sizes that can never be 1 (k*x with |k| >= 2 is 0 or >= 2: ``never_one``), and
+those are equal to one another wherever it ran ("eq": a term downstream of the broadcast, so
+the broadcast ran wherever it is used); a Concat the size its inputs share; a Reshape exactly
+its shape vector's elements (0 copies, -1 divides); ``Shape(x)`` and ``Gather``/``Slice``/
+``Concat`` of it give ``x``'s terms back as values.  Anything not modelled falls back to what
+shape inference annotates (ints kept, every other dim a fresh opaque term), or to "unknown",
+which proves nothing.  Graph inputs' named dims are not taken as equal across inputs
+(onnxruntime does not check them).
 
 Sizes of 0 need care: where a Reshape element ``e`` taken from a Shape is 0, ``allowzero=0``
 copies the input's size instead, so the result is ``e`` only where ``e`` is not 0.  Such a
@@ -33,6 +37,7 @@ Computed once per scope in node order (no recursion over the graph's depth) and 
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import numpy as np
@@ -105,6 +110,47 @@ def product(factors, k: int = 1):
     return ("prod", tuple(sorted(atoms, key=_order)), coeff)
 
 
+def equal(terms):
+    """The term for one size that each of ``terms`` names (their "eq"; a single term itself)."""
+    members: list = []
+    for t in terms:
+        for m in t[1] if isinstance(t, tuple) and t[0] == "eq" else [t]:
+            if m not in members:
+                members.append(m)
+    known = [m for m in members if isinstance(m, int)]
+    if known or len(members) == 1:
+        return known[0] if known else members[0]  # (two ints: the model stops before here)
+    return ("eq", tuple(sorted(members, key=_order)))
+
+
+def alternatives(term, limit: int = 8) -> list:
+    """Terms for the size ``term`` names: itself, an "eq"'s members, a product with an "eq"
+    factor replaced by each member (at most ``limit``: fewer proves less, nothing false)."""
+    if isinstance(term, int) or term[0] not in ("eq", "prod"):
+        return [term]
+    if term[0] == "eq":
+        return list(term[1])
+    choices = [f[1] if isinstance(f, tuple) and f[0] == "eq" else (f,) for f in term[1]]
+    if all(len(c) == 1 for c in choices):
+        return [term]
+    return [term] + [product(fs, term[2]) for fs in itertools.islice(itertools.product(*choices), limit)]
+
+
+def never_one(term) -> bool:
+    """Whether the size ``term`` is 1 nowhere.  k times a product of sizes (integers) is a
+    multiple of k: with |k| >= 2, it is 0 or at least 2 in magnitude, never 1."""
+    if isinstance(term, int):
+        return term != 1
+    kind = term[0]
+    if kind == "prod":
+        return abs(term[2]) >= 2 and all(isinstance(f, tuple) and f[0] in ("dim", "bcast", "or0", "eq") for f in term[1])
+    if kind == "or0":  # e where e is not 0, c where it is
+        return never_one(term[1]) and never_one(term[2])
+    if kind == "eq":  # one size: if one name of it is never 1, it is never 1
+        return any(never_one(m) for m in term[1])
+    return False
+
+
 def nominal(term):
     """``term`` without its ``or0`` wrappers: where the nominal size is not 0, ``term`` has it."""
     while isinstance(term, tuple) and term[0] == "or0":
@@ -119,9 +165,13 @@ def zero_value(term, n) -> int | None:
         return 0
     if isinstance(term, int):
         return term
+    if isinstance(n, tuple) and n[0] == "eq":  # where n is 0, so is each of its members
+        return next((z for z in (zero_value(term, m) for m in n[1]) if z is not None), None)
     if isinstance(n, tuple) and n[0] == "prod" and list(n[1]) == [term]:
         return 0  # n is k times term (k not 0): 0 only where term is
     kind = term[0]
+    if kind == "eq":  # each member is term: one fixed there fixes it
+        return next((z for z in (zero_value(m, n) for m in term[1]) if z is not None), None)
     if kind == "or0":
         z = zero_value(term[1], n)
         return z if z is None or z != 0 else zero_value(term[2], n)
@@ -143,7 +193,14 @@ def compatible(x, y) -> bool:
 
     Equal terms are.  Terms with one nominal size ``n`` are equal where ``n`` is not 0; where it
     is, they take the values ``zero_value`` fixes, and unless exactly one of them is 1 a
-    broadcast of the two succeeds only when they are equal."""
+    broadcast of the two succeeds only when they are equal.  Terms for one size (``equal``)
+    are compared by each of their names."""
+    if x == y:
+        return True
+    return any(_compatible(a, b) for a in alternatives(x) for b in alternatives(y))
+
+
+def _compatible(x, y) -> bool:
     if x == y:
         return True
     n = nominal(x)
@@ -154,7 +211,12 @@ def compatible(x, y) -> bool:
 
 
 def broadcast(terms):
-    """The size a successful broadcast of ``terms`` gives (None: it cannot succeed)."""
+    """The size a successful broadcast of ``terms`` gives (None: it cannot succeed).
+
+    That size is each term's that is not 1.  So where some of the terms can never be 1
+    (``never_one``: B*2, heads folded into a batch), it is each of those: they are equal
+    wherever the broadcast succeeds (sizes 0 and n >= 2 do not broadcast either), and the
+    result names them all (``equal``), the others being 1 or that size."""
     flat = []
     for t in terms:
         flat += list(t[1]) if isinstance(t, tuple) and t[0] == "bcast" else [t]
@@ -170,10 +232,13 @@ def broadcast(terms):
         same = next((i for i, k in enumerate(kept) if compatible(k, t)), None)
         if same is None:
             kept.append(t)
-        elif t == nominal(t):
-            kept[same] = t  # prefer the plain size: they are equal where the broadcast succeeds
+        elif t == nominal(t):  # equal where the broadcast succeeds: prefer plain sizes, keep their names
+            kept[same] = equal([kept[same], t]) if kept[same] == nominal(kept[same]) else t
     if not kept:
         return 1
+    sure = [t for t in kept if never_one(t)]
+    if sure:
+        return equal(sure)
     if len(kept) == 1:
         return kept[0]
     return ("bcast", tuple(sorted(kept, key=_order)))
@@ -212,6 +277,8 @@ def describe(term) -> str:
     if kind == "prod":
         parts = [describe(t) for t in term[1]] + ([str(term[2])] if term[2] != 1 else [])
         return "*".join(parts)
+    if kind == "eq":
+        return "(" + " = ".join(describe(t) for t in term[1]) + ")"
     return f"{describe(term[1])} (or {describe(term[2])} where 0)"
 
 
@@ -671,8 +738,8 @@ def _arith(op):
             k, t = (x, y) if isinstance(x, int) else (y, x)
             return product([t], k) if k > 0 else None  # (a size is not negative: -1 stays unmodelled)
         if op == "Div" and isinstance(y, int) and y > 0:
-            atoms, k = _atoms(x)
-            return product(atoms, k // y) if k > 0 and k % y == 0 else None
+            out = [product(atoms, k // y) for atoms, k in map(_atoms, alternatives(x)) if k > 0 and k % y == 0]
+            return equal(out) if out else None
         return None
     return apply
 
@@ -719,16 +786,23 @@ def _static(s: tuple, t: Tensor, annotated) -> tuple:
 
 def _quotient(x, others) -> object | None:
     """Reshape's -1: the input's element count over the other dims (onnxruntime refuses a
-    product of 0 there, so the division is exact); None where the terms do not cancel."""
-    atoms, k = _atoms(product(x))
-    den_atoms, den = _atoms(product(others))
+    product of 0 there, so the division is exact); None where the terms do not cancel.  Each
+    name of a size (``alternatives``) is tried: the quotients found are one size."""
+    out = [q for num in alternatives(product(x)) for den in alternatives(product(others))
+           if (q := _cancel(num, den)) is not None]
+    return equal(out) if out else None
+
+
+def _cancel(num, den) -> object | None:
+    atoms, k = _atoms(num)
+    den_atoms, d = _atoms(den)
     for a in den_atoms:
         if a not in atoms:
             return None
         atoms.remove(a)
-    if den == 0 or k % den:
+    if d == 0 or k % d:
         return None
-    return product(atoms, k // den)
+    return product(atoms, k // d)
 
 
 # -- queries ------------------------------------------------------------------------------

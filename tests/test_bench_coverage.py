@@ -70,12 +70,9 @@ def test_a_channels_first_norm_after_a_residual_is_its_own_kind():
 
 
 def test_manifest_sites_agree_with_the_skipnorm_fixture_test():
-    """Two derivations of one number: the torch run (manifest) and test_skipnorm_fixtures'.  They
-    differ only where a site is real but not proven: the 4 residual sites after a cross-attention
-    in the legacy UNet2DConditionModel exports (their batch joins two graph inputs' batches)."""
+    """Two derivations of one number: the torch run (manifest) and test_skipnorm_fixtures'."""
     for rec in SKIP_RECORDS:
-        unproven = 4 if rec["family"] == "unet_cond" and rec["exporter"] != "dynamo" else 0
-        assert rec["residual_norm_sites"] == expected_skips(rec) + unproven, rec["file"]
+        assert rec["residual_norm_sites"] == expected_skips(rec), rec["file"]
     assert all("residual_norm_sites" in r for r in load_manifest())
     exporters = {r["family"]: r["residual_norm_sites"] for r in json.loads(EXPORTERS.read_text())}
     assert exporters.pop("keras_bert") == 4 and not any(exporters.values()), exporters

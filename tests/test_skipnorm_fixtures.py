@@ -12,12 +12,12 @@ shapes: 4 per model (2 layers, 2 each).  What does not:
   chain or a native LayerNormalization alike;
 - T5 fp16: the residual sum is clamped (Where/Clip against the fp16 range) before the norm: no
   Add feeds it, so the RMSNorm fuses alone;
-- the diffusers UNet2DConditionModel (unet_cond; 4 transformer blocks, 2 residual + norm sites
-  each: 8) in the legacy exports: the 4 after a cross-attention.  Its output's batch is the
-  broadcast of the latents' batch x heads and the text states' batch x heads, two graph inputs
-  whose named dims onnxruntime does not tie; they are equal wherever it runs (with 2 heads
-  neither product is 1), but the analysis does not derive that, so it cannot tell the residual's
-  operands agree on axis -3.  The dynamo export annotates its shapes: all 8 fuse.
+
+The diffusers UNet2DConditionModel (unet_cond; 4 transformer blocks, 2 residual + norm sites
+each) fuses all 8 in every export.  In the legacy ones the 4 after a cross-attention are proven
+through a broadcast: the attention's batch is that of the latents' batch x heads and the text
+states' batch x heads, two graph inputs whose named dims onnxruntime does not tie; with 2 heads
+neither product can be 1, so they are equal wherever the model runs (``_shapes.never_one``).
 
 (The no-op upcast Cast of the sum that HF LLaMA/T5 fp32 exports feed the next residual is
 exported as the sum.)
@@ -46,7 +46,7 @@ def expected_skips(record: dict) -> int:
     if record["family"] == "t5" and record["dtype"] == "fp16":
         return 0
     if record["family"] == "unet_cond":
-        return 8 if record["exporter"] == "dynamo" else 4
+        return 8
     return 4
 
 
@@ -75,7 +75,5 @@ def test_skip_norms_on_real_exports(record):
         assert len(misses) == 1 and "cannot tell they agree on axis -3" in misses[0].reason, [m.reason for m in misses]
     if record["family"] == "unet_cond":
         misses = fusion.inspect(str(path), ["skipnorm"]).near_misses
-        want = 0 if record["exporter"] == "dynamo" else 4
-        assert len(misses) == want, [m.reason for m in misses]
-        assert all("/attn2/" in m.reason and "cannot tell they agree on axis -3" in m.reason for m in misses), misses
+        assert not misses, [m.reason for m in misses]
     assert_fixture_outputs_match(record, onnx.load(str(path)), result.model)

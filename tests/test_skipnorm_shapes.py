@@ -328,6 +328,76 @@ def test_widening_constant_really_broadcasts():
     assert y.shape == (3, 2, D)
 
 
+# -- cross-attention: a batch proven through a broadcast -----------------------------------
+
+
+def cross_attention(heads: int) -> Callable:
+    """diffusers' legacy cross-attention: queries from x [B, S, 16], keys and values from ctx
+    [B2, T, 16], heads folded into the batch (B*h, B2*h), the scores MatMul broadcasting the two
+    batches, and unfolded by (batch)/h."""
+    d = D // heads
+
+    def branch(g, x, rng):
+        def scalar_dim(t, i):
+            return g.op("Gather", g.op("Shape", t), g.const(np.array(i, np.int64)), axis=0)
+
+        def piece(v):
+            return g.op("Unsqueeze", v, _ints(g, 0))
+
+        def fold(t):  # [b, s, 16] -> [b*h, s, d]
+            split = g.op("Reshape", t, g.op("Concat", _dim(g, t, 0), _dim(g, t, 1), _ints(g, heads), _ints(g, d), axis=0))
+            batch = piece(g.op("Mul", scalar_dim(t, 0), g.const(np.array(heads, np.int64))))
+            return g.op("Reshape", g.op("Transpose", split, perm=[0, 2, 1, 3]),
+                        g.op("Concat", batch, _dim(g, t, 1), _ints(g, d), axis=0))
+
+        q = fold(g.op("MatMul", x, _w(g, rng, D, D)))
+        k = fold(g.op("MatMul", "ctx", _w(g, rng, D, D)))
+        v = fold(g.op("MatMul", "ctx", _w(g, rng, D, D)))
+        p = g.op("Softmax", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 2, 1])), axis=-1)
+        o = g.op("MatMul", p, v)  # [bcast(B*h, B2*h), S, d]
+        batch = piece(g.op("Div", scalar_dim(o, 0), g.const(np.array(heads, np.int64))))
+        unfolded = g.op("Reshape", o, g.op("Concat", batch, _ints(g, heads), _dim(g, o, 1), _ints(g, d), axis=0))
+        merged = g.op("Reshape", g.op("Transpose", unfolded, perm=[0, 2, 1, 3]),
+                      g.op("Concat", _dim(g, unfolded, 0), _dim(g, o, 1), _ints(g, D), axis=0))
+        return g.op("MatMul", merged, _w(g, rng, D, D)), x
+    return branch
+
+
+CTX = {"ctx": ["B2", "T", D]}
+
+
+def _ctx(batch: Callable[[int], int] = lambda b: b, t: int = 3) -> dict:
+    return {"ctx": lambda b, s: np.random.default_rng(3).standard_normal([batch(b), t, D]).astype(np.float32)}
+
+
+def test_cross_attention_batch_proven_through_the_broadcast():
+    """B*2 and B2*2 are never 1, so the scores MatMul runs only where they are equal: its batch
+    is both, and (B*2)/2 is B."""
+    m = build(cross_attention(2), CTX)
+    assert _proven(m)
+    r = fusion.run(m, ["skipnorm", "layernorm"])
+    assert r.counts() == {"skiplayernorm": 1}, [x.reason for x in r.near_misses]
+    assert _outputs_match(m, r.model, _feeds(**_ctx())) >= 4
+    # Where the batches differ the original fails (so nothing is lost): B=1, B2=2 gives 2 and 4.
+    with pytest.raises(Exception, match="(?i)matmul|broadcast|dimension"):
+        run(m, _feeds([(1, 3)], **_ctx(lambda b: 2))[0])
+
+
+def test_cross_attention_of_one_head_refused():
+    """With 1 head the batches are B and B2, and B can be 1: B=1, B2=2 runs, and the residual
+    Add broadcasts x [1, S, 16] over the attention's [2, S, 16].  The fused node could not."""
+    m = build(cross_attention(1), CTX)
+    assert not _proven(m)
+    r = fusion.inspect(m, ["skipnorm"])
+    assert not r.fusions
+    assert any("cannot tell they agree on axis -3" in x.reason for x in r.near_misses), [x.reason for x in r.near_misses]
+    a_name = next(n for n in m.graph.node if n.name == "residual").input[0]
+    m.graph.output.append(onnx.helper.make_tensor_value_info(a_name, FLOAT, None))
+    feeds = _feeds([(1, 3)], **_ctx(lambda b: 2))[0]
+    y, a = run(m, feeds)
+    assert feeds["x"].shape == (1, 3, D) and a.shape == (2, 3, D) and y.shape == (2, 3, D)
+
+
 # -- the term algebra ----------------------------------------------------------------------
 
 
@@ -360,6 +430,37 @@ def test_size_arithmetic():
     f = ("dim", 2, 0, "y")
     assert _shapes._or_zero(_shapes.product([e], 2), e) == _shapes.product([e], 2)
     assert _shapes._or_zero(_shapes.product([e, f], 2), e)[0] == "or0"
+
+
+def test_never_one():
+    """k times a product of sizes, |k| >= 2, is 0 or at least 2; anything else may be 1."""
+    e, f = ("dim", 1, 0, "x"), ("dim", 2, 0, "y")
+    two_e, two_f = _shapes.product([e], 2), _shapes.product([f], 2)
+    assert all(map(_shapes.never_one, [0, 2, two_e, _shapes.product([e, f], 3), ("or0", two_e, 4), ("or0", two_e, two_f)]))
+    assert _shapes.never_one(_shapes.equal([two_e, f]))  # one size: one of its names is never 1
+    assert not any(map(_shapes.never_one, [1, e, ("prod", (e,), -1), ("prod", (e,), 1), ("or0", two_e, 1), ("or0", two_e, f),
+                                           ("or0", e, 2), ("bcast", (e, f)), _shapes.equal([e, f])]))
+
+
+def test_broadcast_of_sizes_never_one():
+    """Such sizes broadcast only where equal (0 with n >= 2 neither): the result names both."""
+    e, f, h = ("dim", 1, 0, "x"), ("dim", 2, 0, "y"), ("dim", 3, 0, "z")
+    two_e, two_f = _shapes.product([e], 2), _shapes.product([f], 2)
+    both = _shapes.broadcast([two_e, two_f])
+    assert both == _shapes.broadcast([two_f, 1, two_e]) == _shapes.equal([two_f, two_e]) == ("eq", (two_e, two_f))
+    assert _shapes.broadcast([two_e, h]) == two_e and _shapes.broadcast([two_e, two_f, h]) == both  # (h: 1 or that size)
+    assert _shapes.broadcast([both, two_f]) == _shapes.broadcast([both, 1]) == both
+    assert _shapes.broadcast([0, two_e]) == 0 and _shapes.broadcast([6, two_e]) == 6  # ints as before
+    assert _shapes.broadcast([e, ("prod", (f,), -1)])[0] == "bcast"  # -f could be... not modelled as never 1
+    # Either name serves: comparisons, zero values, exact division, Reshape's -1.
+    assert _shapes.compatible(both, two_e) and _shapes.compatible(two_f, both) and not _shapes.compatible(both, e)
+    assert _shapes.zero_value(both, e) == 0 and _shapes.zero_value(two_e, _shapes.equal([e, f])) == 0
+    div = _shapes._arith("Div")
+    assert div(both, 2) == _shapes.equal([e, f]) and div(both, 4) is None
+    assert _shapes.compatible(div(both, 2), e) and _shapes.compatible(f, div(both, 2))
+    assert _shapes._quotient((both, 8), [2, 8]) == _shapes.equal([e, f])
+    assert _shapes._quotient((both, h, 8), [h, 16]) == _shapes.equal([e, f]) and _shapes._quotient((both, 8), [h]) is None
+    assert _shapes.describe(both) == "(x[0]*2 = y[0]*2)"
 
 
 def test_one_analysis_per_graph(monkeypatch):
