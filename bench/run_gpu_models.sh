@@ -7,14 +7,8 @@
 # Rows replace the file given by OUT_JSON (default: $OUT/trt_e2e_models.json when OUT is set).
 set -u
 cd "$(dirname "$0")/.."
-BUNDLE=/tmp/trt85
-if [ ! -x $BUNDLE/py/bin/python3.10 ]; then
-    mkdir -p $BUNDLE && cat $(ls -v /tmp/trt-parts/part*) | xz -d -T0 | tar x -C $BUNDLE || { echo "no bundle"; exit 2; }
-fi
-# shellcheck disable=SC1091
-source $BUNDLE/env.sh
-export PY310_PATH=$PWD
-[ -e fusion/patterns ] || ln -s ../patterns fusion/patterns
+# shellcheck source=bench/trt85_env.sh
+source bench/trt85_env.sh
 export CUDA_CACHE_PATH=/tmp/trt85_cuda_cache CUDA_CACHE_MAXSIZE=4294967296
 MODELS=${MODELS:-bert,bert384,vit,gpt2,llama}
 for m in $(echo "$MODELS" | tr , ' '); do

@@ -451,17 +451,24 @@ def reload_child(jobs_path: str, lib: str) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    from fusion.trt.build import load_plugins, trt_version
+def setup(args: argparse.Namespace, prefix: str) -> tuple[str, Path, Path, dict[str, Any]]:
+    """What a run needs: the loaded library's path, the result file, a work folder, build options."""
+    from fusion.trt.build import load_plugins
 
     lib = str(Path(args.plugins).resolve())
     load_plugins([lib])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="trt_e2e_"))
     opts: dict[str, Any] = {"tactic_sources": TACTIC_SOURCES}
     if args.timing_cache:
         opts["timing_cache"] = args.timing_cache
+    return lib, out, Path(tempfile.mkdtemp(prefix=prefix)), opts
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusion.trt.build import trt_version
+
+    lib, out, work, opts = setup(args, "trt_e2e_")
     meta = {"what": "fixture families, target plugin (our TensorRT 8 plugins), fused vs unfused engines",
             "script": "bench/trt_e2e_fixtures.py", "commit": args.commit, "device": device_name(),
             "trt_version": trt_version(), "library": Path(lib).name, "passes": args.passes,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,16 +51,9 @@ def record(name: str, precision: str, models_dir: Path) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion.trt.build import load_plugins, trt_version
+    from fusion.trt.build import trt_version
 
-    lib = str(Path(args.plugins).resolve())
-    load_plugins([lib])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="trt_e2e_models_"))
-    opts: dict[str, Any] = {"tactic_sources": fx.TACTIC_SOURCES}
-    if args.timing_cache:
-        opts["timing_cache"] = args.timing_cache
+    lib, out, work, opts = fx.setup(args, "trt_e2e_models_")
     meta = {"what": "models of realistic size (random weights), target plugin (our TensorRT 8 plugins)",
             "script": "bench/trt_e2e_models.py", "commit": args.commit, "device": device_name(),
             "trt_version": trt_version(), "library": Path(lib).name, "passes": args.passes,
