@@ -106,23 +106,32 @@ def select(families: list[str] | None = None, precisions: tuple[str, ...] = ("fp
     return out
 
 
-def has_bool_flatten(model: onnx.ModelProto) -> bool:
-    types = _elem_types(model)
-    return any(n.op_type == "Flatten" and types.get(n.input[0]) == TensorProto.BOOL for n in model.graph.node)
+def has_bool_flatten(model: onnx.ModelProto, types: dict[str, int] | None = None) -> bool:
+    flattens = [n for n in model.graph.node if n.op_type == "Flatten"]
+    if not flattens:
+        return False
+    types = types or _elem_types(model)
+    return any(types.get(n.input[0]) == TensorProto.BOOL for n in flattens)
+
+
+def _tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto.Tensor]:
+    """Inferred tensor types by name (shape inference serializes the whole model: run it once)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
+    return {v.name: v.type.tensor_type for v in vis}
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    inferred = onnx.shape_inference.infer_shapes(model)
-    vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
-    return {v.name: v.type.tensor_type.elem_type for v in vis}
+    return {k: t.elem_type for k, t in _tensor_types(model).items()}
 
 
-def int32_bool_moves(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+def int32_bool_moves(model: onnx.ModelProto, types: dict[str, int] | None = None) -> tuple[onnx.ModelProto, int]:
     """The model with every data-movement op on bool data (MOVE_OPS) run on int32:
     Cast(to INT32) on its bool data inputs, Cast(to BOOL) on its output; a bool
-    ConstantOfShape makes int32 and is cast to bool.  Same values."""
+    ConstantOfShape makes int32 and is cast to bool.  Same values.  ``types``: the
+    model's element types, where the caller has them."""
+    types = types or _elem_types(model)
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    types = _elem_types(model)
     nodes, changed = [], 0
     for n in model.graph.node:
         if n.op_type == "ConstantOfShape" and _bool_value(n):  # its broadcast is a bool Slice in TensorRT
@@ -170,12 +179,12 @@ def _bool_value(node: onnx.NodeProto) -> bool:
     return False
 
 
-def isinf_as_equal(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+def isinf_as_equal(model: onnx.ModelProto, types: dict[str, int] | None = None) -> tuple[onnx.ModelProto, int]:
     """The same graph with every IsInf(x) written Equal(Abs(x), inf) (or Equal(x, +-inf) when
     it detects one sign): TensorRT 8.5's parser has no IsInf importer (T5's fp16 clamp)."""
     from onnx import numpy_helper
 
-    types = _elem_types(model)
+    types = types or _elem_types(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     nodes, n = [], 0
@@ -213,11 +222,14 @@ def source_model(rec: dict[str, Any]) -> tuple[onnx.ModelProto, str | None]:
     """The model to fuse and build (the fixture, or its variant) and the note saying why."""
     model = onnx.load(str(model_path(rec)))
     note = rec.get("why")
-    if has_bool_flatten(model):
-        model, n = int32_bool_moves(model)
+    ops = {node.op_type for node in model.graph.node}
+    # One inference for both rewrites: the int32 moves keep every original name's type.
+    types = _elem_types(model) if ops & {"Flatten", "IsInf"} else {}
+    if has_bool_flatten(model, types):
+        model, n = int32_bool_moves(model, types)
         note = _join(note, BOOL_FLATTEN_NOTE.format(tag=f"{rec['exporter']} opset-{rec['opset']}", n=n))
-    if any(node.op_type == "IsInf" for node in model.graph.node):
-        model, n = isinf_as_equal(model)
+    if "IsInf" in ops:
+        model, n = isinf_as_equal(model, types)
         note = _join(note, ISINF_NOTE.format(n=n))
     return model, note
 
@@ -248,10 +260,9 @@ def instancenorm_as_reductions(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnx import numpy_helper
 
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    inferred = onnx.shape_inference.infer_shapes(model)
-    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in [*inferred.graph.value_info, *inferred.graph.input]
-             if vi.type.tensor_type.HasField("shape")}  # fmt: skip
-    types = _elem_types(model)
+    tensor_types = _tensor_types(model)
+    ranks = {k: len(t.shape.dim) for k, t in tensor_types.items() if t.HasField("shape")}
+    types = {k: t.elem_type for k, t in tensor_types.items()}
     out = onnx.ModelProto()
     out.CopyFrom(model)
     nodes = []

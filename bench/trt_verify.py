@@ -217,7 +217,7 @@ def check_against_reference(model: Any, built, ref: Path) -> dict[str, Any]:
     import numpy as np
 
     from fusion.trt.run import FP16_TOLERANCE, ProfiledTrtRunner
-    from fusion.compare.verify import TOLERANCES, _Model
+    from fusion.compare.verify import TOLERANCES, _Model, abs_diff
 
     data = np.load(ref)
     ks = sorted({int(k.split(":")[0][2:]) for k in data.files if k.startswith("in")})
@@ -234,9 +234,7 @@ def check_against_reference(model: Any, built, ref: Path) -> dict[str, Any]:
                 atol, rtol = TOLERANCES.get(types[name], (0.0, 0.0))
                 if built.precision == "fp16" and types[name] == onnx.TensorProto.FLOAT:
                     atol, rtol = FP16_TOLERANCE
-                diff = np.abs(a - b)
-                same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities, NaN on both sides
-                diff = np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
+                diff = abs_diff(a, b)
                 ok = (diff <= atol) | (diff <= rtol * np.abs(a))
                 worst, passed = max(worst, float(diff.max(initial=0.0))), passed and bool(ok.all())
                 if not ok.all():

@@ -29,6 +29,7 @@ import onnx_graphsurgeon as gs
 from ..ir import model_io
 from ..errors import VerifyError
 from ..ir.feeds import make_feeds
+from ..ir.graph import node_lists
 
 log = logging.getLogger(__name__)
 
@@ -279,11 +280,8 @@ def _compare(orig: "_Model", ref_runs, new_runs, labels, atol, rtol, report: Ver
                                 float("inf"), atols[name], rtols[name], False, labels[point], error)
                 )
                 continue
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            diff = np.abs(a64 - b64)
-            same_nonfinite = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
-            # A NaN on one side only is the worst mismatch: inf, so max_abs cannot hide it.
-            diff = np.where(same_nonfinite, 0.0, np.where(np.isnan(diff), np.inf, diff))
+            a64 = a.astype(np.float64)
+            diff = abs_diff(a64, b)
             rel = diff / np.maximum(np.abs(a64), 1e-30)
             report.checks.append(
                 OutputCheck(
@@ -300,6 +298,15 @@ def _compare(orig: "_Model", ref_runs, new_runs, labels, atol, rtol, report: Ver
                     labels[point],
                 )
             )
+
+
+def abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| in float64, 0 where both hold the same infinity or both NaN, inf where only one
+    side is NaN (the worst mismatch: a max over it cannot hide it)."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    diff = np.abs(a64 - b64)
+    same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+    return np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
 
 
 class _Model:
@@ -341,18 +348,7 @@ class _Model:
 
 def _op_types(model: onnx.ModelProto) -> set[str]:
     """Every op type in the model: its graph, subgraphs and local functions."""
-    found: set[str] = set()
-    graphs = [model.graph]
-    nodes = [n for f in model.functions for n in f.node]
-    while graphs or nodes:
-        if graphs:
-            nodes.extend(graphs.pop().node)
-            continue
-        n = nodes.pop()
-        found.add(n.op_type)
-        for a in n.attribute:
-            graphs.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
-    return found
+    return {n.op_type for c in node_lists(model).values() for n in c.node}
 
 
 def extra_feeds(
