@@ -45,11 +45,14 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_kernels import (  # noqa: E402
     BIG_TENSOR, EPS, GOALS, commit_info, measure_copy_peak, rotations, time_launches)  # fmt: skip
-from fusion.plugins.library import launch_groupnorm, launch_skip_norm, load_kernel_module  # noqa: E402
+from fusion.plugins.library import (  # noqa: E402
+    _VEC_MAX, GROUPNORM_DTYPES, GROUPNORM_THREADS, groupnorm_blocks, groupnorm_launch_config, launch_groupnorm,
+    launch_skip_norm, load_kernel_module)  # fmt: skip
 
 LOG = logging.getLogger("bench_skip_group")
 
 RESULTS_NAME = "kernels_skip_group.json"
+SWEEP_NAME = "kernels_groupnorm_sweep.json"
 DEVICE = "cuda"  # (the CPU tests run the flow with stand-in kernels on "cpu")
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SKIP_GRID: dict[str, tuple] = {
@@ -313,9 +316,8 @@ def bench_skip(case: SkipCase, module: Any, torch: Any, cupy: Any) -> dict[str, 
     return row
 
 
-def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str, Any]:
-    import torch.nn.functional as F  # noqa: N812
-
+def _group_buffers(case: GroupCase, torch: Any) -> tuple[list, list, Any, Any]:
+    """(xs, ys, gamma, beta): rotated x and y, seeded by the case."""
     tdt = _torch_dtype(torch, case.dtype)
     shape = (case.n, case.channels, case.height, case.width)
     n = rotations(case.moved_bytes)
@@ -324,18 +326,42 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
     ys = [torch.empty_like(xs[0]) for _ in range(n)]
     gamma = (1 + 0.1 * torch.randn(case.channels, device=DEVICE, generator=gen)).to(tdt)
     beta = (0.1 * torch.randn(case.channels, device=DEVICE, generator=gen)).to(tdt)
-    names: list[str] = []
+    return xs, ys, gamma, beta
+
+
+def _group_launcher(case: GroupCase, module: Any, cupy: Any, torch: Any, bufs: tuple, names: list[str],
+                    config: tuple[str, int, int] | None = None) -> Any:  # fmt: skip
+    xs, ys, gamma, beta = bufs
+    n = len(xs)
 
     def ours(i: int) -> None:
         with _torch_stream(cupy, torch):
             names.append(launch_groupnorm(module, case.dtype, xs[i % n].data_ptr(), gamma.data_ptr(), beta.data_ptr(),
                                           ys[i % n].data_ptr(), case.n, case.channels, case.groups, case.spatial,
-                                          EPS, case.silu))  # fmt: skip
+                                          EPS, case.silu, config))  # fmt: skip
+
+    return ours
+
+
+def _group_reference(case: GroupCase, bufs: tuple) -> Any:
+    import torch.nn.functional as F  # noqa: N812
+
+    xs, _, gamma, beta = bufs
 
     def ref(i: int) -> Any:
-        y = F.group_norm(xs[i % n], case.groups, gamma, beta, EPS)
+        y = F.group_norm(xs[i % len(xs)], case.groups, gamma, beta, EPS)
         return F.silu(y, inplace=True) if case.silu else y
 
+    return ref
+
+
+def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str, Any]:
+    bufs = _group_buffers(case, torch)
+    xs, ys = bufs[0], bufs[1]
+    n = len(xs)
+    names: list[str] = []
+    ours = _group_launcher(case, module, cupy, torch, bufs, names)
+    ref = _group_reference(case, bufs)
     ours(0)
     row: dict[str, Any] = {"kind": "groupnorm", "label": case.label, **asdict(case), "spatial": case.spatial,
                            "x_bytes": case.x_bytes, "moved_bytes": case.moved_bytes, "kernel": names[0],
@@ -345,10 +371,48 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
     row["copy_ms"] = copy_same_bytes_ms(case.moved_bytes, torch)
     row["timing"] = how if how == how_t else f"{how}/{how_t}"
     row["rotated_buffers"] = n
-    for bufs in (xs, ys):
-        bufs.clear()
+    for buf in (xs, ys):
+        buf.clear()
     torch.cuda.empty_cache()
     return row
+
+
+def sweep_configs(case: GroupCase) -> list[tuple[str, int, int]]:
+    """Every register-path launch of the vector packs that holds the case's group: each K with
+    the fewest threads (<= 1024) that cover it.  The A/B behind the policy's CTA-size target."""
+    vec = _VEC_MAX[case.dtype]
+    cols = case.channels // case.groups * case.spatial
+    if cols % vec:
+        return []
+    tag = GROUPNORM_DTYPES[case.dtype]
+    return [(f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", case.n * case.groups, block)
+            for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
+
+
+def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dict[str, Any]]:
+    """One row per sweep_configs launch: its time against the same-bytes copy and whether it is
+    the policy's choice; outputs checked against torch."""
+    bufs = _group_buffers(case, torch)
+    xs, ys = bufs[0], bufs[1]
+    want = _group_reference(case, bufs)(0)
+    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial)
+    copy_ms = copy_same_bytes_ms(case.moved_bytes, torch)
+    rows = []
+    for config in sweep_configs(case):
+        names: list[str] = []
+        ours = _group_launcher(case, module, cupy, torch, bufs, names, config)
+        ours(0)
+        ms, how = time_launches(ours, len(xs), torch)
+        rows.append({"kind": "groupnorm_sweep", "label": case.label, "dtype": case.dtype, "silu": case.silu,
+                     "x_bytes": case.x_bytes, "kernel": config[0], "block": config[2], "policy": config == policy,
+                     "ours_ms": ms, "copy_ms": copy_ms, "vs_copy_same_bytes": copy_ms / ms, "timing": how,
+                     "max_abs_diff_vs_torch": _max_diff(ys[0], want)})  # fmt: skip
+        LOG.info("sweep %-44s %-34s block %4d  %.3f of the same-bytes copy%s", case.label, config[0], config[2],
+                 copy_ms / ms, "  (policy)" if config == policy else "")  # fmt: skip
+    for buf in (xs, ys):
+        buf.clear()
+    torch.cuda.empty_cache()
+    return rows
 
 
 # ------------------------------------------------------------------ main
@@ -360,6 +424,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="the narrowest skip rows and one GroupNorm shape (smoke test)")
     ap.add_argument("--min-mb", type=float, default=BIG_TENSOR / 2**20,
                     help="smallest x of the big points, MiB (default: the goal's 64)")  # fmt: skip
+    ap.add_argument("--sweep", action="store_true",
+                    help=f"GroupNorm only: time every register-path K of each point (the launch policy's A/B), "
+                         f"to {SWEEP_NAME}")  # fmt: skip
     args = ap.parse_args(argv)
     if not args.min_mb > 0:
         ap.error(f"--min-mb must be positive, not {args.min_mb}")
@@ -412,6 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta["copy_peak_gbps"] = measure_copy_peak(torch)
     torch.cuda.empty_cache()  # (its 3 GiB)
     LOG.info("copy peak (1 GiB) %.0f GB/s; %d points", meta["copy_peak_gbps"], len(cases))
+    if args.sweep:
+        return run_sweep(args.out / SWEEP_NAME, meta, [c for c in cases if isinstance(c, GroupCase)],
+                         modules["groupnorm"], torch, cupy)  # fmt: skip
     _COPY_MS.clear()
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
@@ -444,6 +514,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label in summary["diff_failures"]:
         LOG.error("differs from torch beyond %s: %s", DIFF_TOL, label)
     return 1 if failed or summary["diff_failures"] else 0
+
+
+def run_sweep(path: Path, meta: dict[str, Any], cases: list[GroupCase], module: Any, torch: Any, cupy: Any) -> int:
+    _COPY_MS.clear()
+    rows: list[dict[str, Any]] = []
+    failed = []
+    for case in cases:
+        try:
+            rows += sweep_group(case, module, torch, cupy)
+        except Exception as e:  # noqa: BLE001 - one bad point must not lose the rest
+            LOG.error("%s failed: %s", case.label, e)
+            failed.append(case.label)
+            torch.cuda.empty_cache()
+        write_results(path, meta, rows, None)
+    bad = [f"{r['label']} {r['kernel']}" for r in rows if not r["max_abs_diff_vs_torch"] <= DIFF_TOL[r["dtype"]]]
+    write_results(path, meta, rows, {"failed": failed, "diff_failures": bad})
+    LOG.info("sweep: %d launches in %s", len(rows), path)
+    for label in bad:
+        LOG.error("differs from torch beyond %s: %s", DIFF_TOL, label)
+    return 1 if failed or bad else 0
 
 
 if __name__ == "__main__":

@@ -186,14 +186,14 @@ def fake_skip_norm(module, op, dtype, x, skip, bias, gamma, beta, y, sum_out, ro
     return f"fake_skip{op}_{dtype}"
 
 
-def fake_groupnorm(module, dtype, x, gamma, beta, y, n, channels, groups, spatial, eps, silu):
+def fake_groupnorm(module, dtype, x, gamma, beta, y, n, channels, groups, spatial, eps, silu, config=None):
     count = n * channels * spatial
     xv = _view(x, count, dtype).double().view(n, channels, spatial)
     out = F.group_norm(xv, groups, _view(gamma, channels, dtype).double(), _view(beta, channels, dtype).double(), eps)
     if silu:
         out = F.silu(out)
     _view(y, count, dtype).copy_(out.reshape(-1))
-    return f"fake_groupnorm_{dtype}"
+    return config[0] if config else f"fake_groupnorm_{dtype}"
 
 
 @pytest.fixture
@@ -275,3 +275,29 @@ def test_a_point_that_raises_is_recorded_and_fails_the_run(on_cpu, monkeypatch, 
     data = json.loads((tmp_path / bsg.RESULTS_NAME).read_text())
     assert len(data["rows"]) == 12 and len(data["summary"]["failed"]) == 4
     assert all(lbl.startswith("groupnorm") for lbl in data["summary"]["failed"])
+
+
+def test_the_sweep_times_every_k_that_holds_the_group(on_cpu, tmp_path):
+    rc = bsg.main(["--out", str(tmp_path), "--quick", "--min-mb", "0.01", "--sweep"])
+    assert rc == 0
+    assert not (tmp_path / bsg.RESULTS_NAME).exists()  # the sweep writes only its own file
+    data = json.loads((tmp_path / bsg.SWEEP_NAME).read_text())
+    rows = data["rows"]
+    assert data["summary"] == {"failed": [], "diff_failures": []}
+    # 320 channels / 32 groups x 64 x 64 = 40960 per group: fp32 holds it only at K = 40
+    # (1024 threads), fp16 at K = 48 ... 80.
+    by_label: dict = {}
+    for r in rows:
+        by_label.setdefault(r["label"], []).append((r["kernel"], r["block"], r["policy"]))
+    assert by_label["groupnorm float32 1x320x64x64 g32"] == [("fusion_groupnorm_reg_f32_v4_k40", 1024, True)]
+    assert by_label["groupnorm+silu float16 1x320x64x64 g32"] == [
+        ("fusion_groupnorm_reg_f16_v8_k48", 864, False), ("fusion_groupnorm_reg_f16_v8_k64", 640, False),
+        ("fusion_groupnorm_reg_f16_v8_k80", 512, True)]  # fmt: skip
+    assert all(r["vs_copy_same_bytes"] == pytest.approx(0.9) and r["max_abs_diff_vs_torch"] < 0.01 for r in rows)
+    assert on_cpu.calls.count("ours") == len(rows) == 8
+
+
+def test_the_sweep_skips_groups_the_vector_packs_cannot_hold():
+    assert bsg.sweep_configs(bsg.GroupCase("float32", 1, 30, 7, 1, 5, False)) == []  # cols 42: scalar only
+    assert [c[0][-3:] for c in bsg.sweep_configs(bsg.GroupCase("float16", 2, 64, 8, 8, 32, False))] == [
+        "_k8", "k16", "k32", "k48", "k64", "k80"]  # fmt: skip

@@ -199,7 +199,7 @@ def test_launch_policy_paths():
         pl.norm_launch_config("layernorm", "int8", 1, 1)
 
 
-GN_COLS = (1, 4, 42, 128, 255, 256, 2560, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
+GN_COLS = (1, 4, 42, 128, 255, 256, 2048, 2560, 4096, 6144, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
            36864, 40960, 40961, 40964, 41984, 131072, 294912)  # fmt: skip
 
 
@@ -221,13 +221,17 @@ def test_library_groupnorm_plan_refuses_bf16_and_empty(built):
 
 def test_groupnorm_launch_policy_paths():
     cfg = pl.groupnorm_launch_config
-    # The SD-UNet groups (32 groups): the smallest K that fits 1024 threads, x read once.
+    # The SD-UNet groups (32 groups): the smallest K whose CTA has at most 256 threads (several
+    # CTAs share an SM), else the largest K, in up to 1024 threads; x read once.
     assert cfg("float32", 16, 320, 32, 64 * 64) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
-    assert cfg("float32", 8, 640, 32, 32 * 32) == ("fusion_groupnorm_reg_f32_v4_k24", 256, 864)
-    assert cfg("float32", 8, 1280, 32, 16 * 16) == ("fusion_groupnorm_reg_f32_v4_k16", 256, 640)
-    assert cfg("float16", 16, 320, 32, 64 * 64) == ("fusion_groupnorm_reg_f16_v8_k40", 512, 1024)
-    assert cfg("float16", 8, 640, 32, 32 * 32) == ("fusion_groupnorm_reg_f16_v8_k24", 256, 864)
-    assert cfg("float16", 128, 1280, 32, 16 * 16) == ("fusion_groupnorm_reg_f16_v8_k16", 4096, 640)
+    assert cfg("float32", 8, 640, 32, 32 * 32) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 512)
+    assert cfg("float32", 8, 1280, 32, 16 * 16) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 256)
+    assert cfg("float16", 16, 320, 32, 64 * 64) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
+    assert cfg("float16", 8, 640, 32, 32 * 32) == ("fusion_groupnorm_reg_f16_v8_k80", 256, 256)
+    assert cfg("float16", 128, 1280, 32, 16 * 16) == ("fusion_groupnorm_reg_f16_v8_k48", 4096, 224)
+    # Small groups: the fewest packs per thread that keep the CTA within 256 threads.
+    assert cfg("float32", 2, 64, 32, 8 * 8) == ("fusion_groupnorm_reg_f32_v4_k4", 64, 32)
+    assert cfg("float16", 1, 320, 32, 16 * 16) == ("fusion_groupnorm_reg_f16_v8_k16", 32, 160)
     # Scalar packs: cols not a multiple of the vector, or unaligned pointers (at most K = 24).
     assert cfg("float32", 3, 30, 5, 7) == ("fusion_groupnorm_reg_f32_v1_k8", 15, 32)
     assert cfg("float16", 2, 64, 32, 64, vec_ok=False) == ("fusion_groupnorm_reg_f16_v1_k8", 64, 32)
@@ -236,7 +240,8 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 1, 96, 1, 257, vec_ok=False) == ("fusion_groupnorm_loop_f32", 1, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, vec_ok=False)[0] == "fusion_groupnorm_loop_f32"
     assert cfg("float32", 1, 4, 1, 10241) == ("fusion_groupnorm_loop_f32", 1, 1024)  # 40964 > 1024 x 40
-    assert cfg("float16", 1, 1, 1, 40968)[0] == "fusion_groupnorm_loop_f16"
+    assert cfg("float16", 1, 1, 1, 81928)[0] == "fusion_groupnorm_loop_f16"  # > 1024 x 80
+    assert cfg("float16", 1, 1, 1, 81920) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
     with pytest.raises(ValueError, match="no groupnorm launch"):
         cfg("float32", 1, 30, 4, 7)  # 4 groups do not divide 30 channels
     with pytest.raises(ValueError, match="no groupnorm launch for bfloat16"):
@@ -251,19 +256,17 @@ def _groupnorm_instantiations() -> set[str]:
     """The kernel names groupNormKernels.cuh's X-macros instantiate."""
     text = (pl.plugin_src_dir() / "groupnorm" / "groupNormKernels.cuh").read_text()
     body = lambda name: re.search(rf"#define {name}\([^)]*\)((?:[^\n]*\\\n)*[^\n]*)", text).group(1)  # noqa: E731
-    vec_ks = re.findall(r"X\(TN, T, VEC, (\d+)\)", body("FUSION_GROUPNORM_FOR_K"))
-    scalar_ks = re.findall(r"X\(TN, T, 1, (\d+)\)", body("FUSION_GROUPNORM_FOR_K_SCALAR"))
     kernels = body("FUSION_GROUPNORM_KERNELS")
-    names = {f"fusion_groupnorm_reg_{tn}_v{v}_k{k}" for tn, v in re.findall(r"FOR_K\(XK, (\w+), \w+, (\d+)\)", kernels)
-             for k in vec_ks}  # fmt: skip
-    names |= {f"fusion_groupnorm_reg_{tn}_v1_k{k}" for tn in re.findall(r"FOR_K_SCALAR\(XK, (\w+), \w+\)", kernels)
-              for k in scalar_ks}  # fmt: skip
+    names = set()
+    for lists, tn in re.findall(r"(FUSION_GROUPNORM_FOR_K_\w+)\(XK, (\w+), \w+\)", kernels):
+        for vec, k in re.findall(r"X\(TN, T, (\d+), (\d+)\)", body(lists)):
+            names.add(f"fusion_groupnorm_reg_{tn}_v{vec}_k{k}")
     return names | {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
 
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (5 + 3 + 1), sorted(names)
+    assert len(names) == 2 * (6 + 3 + 1), sorted(names)
     picked = {pl.groupnorm_plan(dtype, 1, cols, vec)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
               for vec in (True, False)}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists

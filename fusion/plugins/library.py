@@ -900,26 +900,33 @@ def library_norm_plan(
 GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
 # Mirrors plugin_src/groupnorm/groupNormKernels.cuh / groupNormLaunch.cu (tests compare both).
 GROUPNORM_THREADS = 1024
-GROUPNORM_KS = (8, 16, 24, 32, 40)  # elements per thread of the register path (vector packs)
-GROUPNORM_MAX_K_SCALAR = 24  # VEC = 1: K above spills (ptxas)
+GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
+# Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
+GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
 
 
 def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int]:
     """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
-    the register path with the smallest K that fits 1024 threads, else the loop path."""
+    the register path with the smallest K whose CTA has at most 256 threads, else the largest K
+    that fits 1024 threads, else the loop path."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
         raise ValueError(f"nothing to launch for rows={rows} cols={cols}")
     tag, vmax = GROUPNORM_DTYPES[dtype], _VEC_MAX[dtype]
     vec = vmax if vec_ok and cols % vmax == 0 else 1
+    fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
+    if not fits:
+        return f"fusion_groupnorm_loop_{tag}", min(rows, _INT_MAX), GROUPNORM_THREADS
+    k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
+    return f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", min(rows, _INT_MAX), block
+
+
+def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
+    """(K, threads) for each register-path K of this pack width: the CTA that holds a group of
+    ``cols`` elements with K per thread (a multiple of 32, maybe over 1024)."""
     nv = cols // vec
-    for k in GROUPNORM_KS if vec > 1 else [k for k in GROUPNORM_KS if k <= GROUPNORM_MAX_K_SCALAR]:
-        packs = k // vec
-        if nv <= GROUPNORM_THREADS * packs:
-            block = _ceil_div(_ceil_div(nv, packs), 32) * 32
-            return f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", min(rows, _INT_MAX), block
-    return f"fusion_groupnorm_loop_{tag}", min(rows, _INT_MAX), GROUPNORM_THREADS
+    return [(k, _ceil_div(_ceil_div(nv, k // vec), 32) * 32) for k in GROUPNORM_KS[vec]]
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int,
@@ -932,13 +939,15 @@ def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spat
 
 
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
-                     groups: int, spatial: int, eps: float, silu: bool) -> str:  # fmt: skip
-    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream).
+                     groups: int, spatial: int, eps: float, silu: bool,
+                     config: tuple[str, int, int] | None = None) -> str:  # fmt: skip
+    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream);
+    ``config`` (kernel name, grid, block) overrides the policy's choice (the benchmark's sweep).
     Returns the kernel's name."""
     import numpy as np  # noqa: PLC0415
 
     aligned = x % 16 == 0 and y % 16 == 0
-    name, grid, block = groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
+    name, grid, block = config or groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
     module.get_function(name)((grid,), (block,), args)

@@ -22,13 +22,16 @@
 namespace fusion_kernels
 {
 
-// y for one element: ((x - pivot) - shift) * scale * g + b, then SiLU if asked.
-__device__ __forceinline__ float groupNormValue(float x, RowStats s, float g, float b, int silu)
+// y for one element: ((x - pivot) - shift) * a + b with a = scale * gamma (per channel), then
+// SiLU if asked.  SiLU uses the fast exp and divide: their few-ulp error is far below the
+// tolerance, and the accurate expf + IEEE division made the fp16 kernels compute-bound.
+// (v < -87: exp(-v) is inf and the quotient -0, SiLU's limit.)
+__device__ __forceinline__ float groupNormValue(float x, RowStats s, float a, float b, int silu)
 {
-    float v = ((x - s.pivot) - s.shift) * s.scale * g + b;
+    float v = ((x - s.pivot) - s.shift) * a + b;
     if (silu)
     {
-        v = v / (1.F + expf(-v));
+        v = __fdividef(v, 1.F + __expf(-v));
     }
     return v;
 }
@@ -85,12 +88,12 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                 if (packChannel)
                 {
                     unsigned const c = first / uspatial;
-                    float const g = toFloat(gr[c]);
+                    float const a = s.scale * toFloat(gr[c]);
                     float const b = toFloat(br[c]);
 #pragma unroll
                     for (int e = 0; e < VEC; ++e)
                     {
-                        out.v[e] = fromFloat<T>(groupNormValue(toFloat(cache[i].v[e]), s, g, b, silu));
+                        out.v[e] = fromFloat<T>(groupNormValue(toFloat(cache[i].v[e]), s, a, b, silu));
                     }
                 }
                 else
@@ -99,8 +102,8 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                     for (int e = 0; e < VEC; ++e)
                     {
                         unsigned const c = (first + e) / uspatial;
-                        out.v[e] = fromFloat<T>(
-                            groupNormValue(toFloat(cache[i].v[e]), s, toFloat(gr[c]), toFloat(br[c]), silu));
+                        out.v[e] = fromFloat<T>(groupNormValue(
+                            toFloat(cache[i].v[e]), s, s.scale * toFloat(gr[c]), toFloat(br[c]), silu));
                     }
                 }
                 yr[idx] = out;
@@ -142,7 +145,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         for (long long i = threadIdx.x; i < cols; i += blockDim.x)
         {
             int const c = firstChannel + static_cast<int>(i / spatial);
-            yr[i] = fromFloat<T>(groupNormValue(toFloat(xr[i]), st, toFloat(gamma[c]), toFloat(beta[c]), silu));
+            yr[i] = fromFloat<T>(
+                groupNormValue(toFloat(xr[i]), st, st.scale * toFloat(gamma[c]), toFloat(beta[c]), silu));
         }
         __syncthreads(); // the next row writes buf again
     }
@@ -158,29 +162,35 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
 //
-// K: the smallest listed with cols <= threads * K (threads <= 1024) is launched.  Register
-// budget: __launch_bounds__(1024, 1) gives a thread 64 registers; ptxas -v (CUDA 13.0, sm_80 and
-// sm_90) shows no spills up to K = 40 for the vector packs (fp32 K = 40: 40 registers of cache,
-// 64 in all) but spills for scalar fp32 from K = 32 (each element's own address and channel),
-// hence K <= 24 on the scalar path.  40 covers the largest SD-UNet group (320 channels / 32
-// groups x 64 x 64 = 40960).  Vector K = 8 and the loop path ask for 2 CTAs per SM (<= 32
-// registers, still no spills; scalar K = 8 would spill) so that one CTA's loads overlap
-// another's reductions.  Larger groups take
-// the loop path.
+// K, the elements a thread caches, is listed per pack width so that each list runs over the same
+// packs per thread (K / VEC = 1, 2, 4, 6, 8, 10): fp16 packs hold two elements per register, so
+// its K goes twice as far on the same registers.  Policy (groupNormLaunch.cu): the smallest K
+// whose CTA has at most FUSION_GROUPNORM_TARGET_THREADS threads, else the largest K that fits
+// 1024 threads, else the loop path.  Small CTAs matter more than few packs: several CTAs share
+// an SM, so one CTA's loads overlap another's reductions and stores (one 1024-thread CTA per SM
+// left the memory idle during its reductions: 0.5-0.8 of the copy bandwidth).
+// Register budget: __launch_bounds__(1024, 1) gives a thread 64 registers; ptxas -v (CUDA 13.0,
+// sm_80 and sm_90) shows no spills up to 10 packs (fp32 K = 40 / fp16 K = 80: 40 registers of
+// cache) but spills for scalar fp32 from K = 32 (each element's own address and channel),
+// hence K <= 24 on the scalar path.  fp16 K = 80 covers the largest SD-UNet group (320
+// channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2
+// packs per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would
+// spill), as does the loop path.  Larger groups take the loop path.
 #define FUSION_GROUPNORM_THREADS 1024
-#define FUSION_GROUPNORM_MAX_K 40        // vector path
-#define FUSION_GROUPNORM_MAX_K_SCALAR 24 // VEC = 1
-#define FUSION_GROUPNORM_MIN_BLOCKS(VEC, K) ((K) <= 8 && (VEC) > 1 ? 2 : 1)
+#define FUSION_GROUPNORM_TARGET_THREADS 256
+#define FUSION_GROUPNORM_MIN_BLOCKS(VEC, K) ((K) <= 2 * (VEC) && (VEC) > 1 ? 2 : 1)
 
 #define FUSION_GROUPNORM_FOR_K_SCALAR(X, TN, T) X(TN, T, 1, 8) X(TN, T, 1, 16) X(TN, T, 1, 24)
-#define FUSION_GROUPNORM_FOR_K(X, TN, T, VEC)                                                                      \
-    X(TN, T, VEC, 8) X(TN, T, VEC, 16) X(TN, T, VEC, 24) X(TN, T, VEC, 32) X(TN, T, VEC, 40)
+#define FUSION_GROUPNORM_FOR_K_V4(X, TN, T)                                                                        \
+    X(TN, T, 4, 4) X(TN, T, 4, 8) X(TN, T, 4, 16) X(TN, T, 4, 24) X(TN, T, 4, 32) X(TN, T, 4, 40)
+#define FUSION_GROUPNORM_FOR_K_V8(X, TN, T)                                                                        \
+    X(TN, T, 8, 8) X(TN, T, 8, 16) X(TN, T, 8, 32) X(TN, T, 8, 48) X(TN, T, 8, 64) X(TN, T, 8, 80)
 
 // XK(tn, T, vec, k) for the register path, XL(tn, T) for the loop path.
 #define FUSION_GROUPNORM_KERNELS(XK, XL)                                                                           \
-    FUSION_GROUPNORM_FOR_K(XK, f32, float, 4)                                                                      \
+    FUSION_GROUPNORM_FOR_K_V4(XK, f32, float)                                                                      \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f32, float)                                                                  \
-    FUSION_GROUPNORM_FOR_K(XK, f16, __half, 8)                                                                     \
+    FUSION_GROUPNORM_FOR_K_V8(XK, f16, __half)                                                                     \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
     XL(f32, float) XL(f16, __half)
 

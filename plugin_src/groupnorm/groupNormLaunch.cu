@@ -1,12 +1,12 @@
 // Launch policy for the GroupNorm kernels: the register path (x read once) while the group
-// fits 1024 threads x K elements, else the three-pass loop path.
+// fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows; else
+// the three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
 #include <climits>
 #include <cstdio>
-#include <string>
-#include <unordered_map>
+#include <cstring>
 
 #define FUSION_GROUPNORM_DECLARE_K(TN, T, VEC, K)                                                                  \
     extern "C" __global__ void fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
@@ -20,17 +20,25 @@ namespace fusion
 namespace
 {
 
-#define FUSION_GROUPNORM_ENTRY_K(TN, T, VEC, K)                                                                    \
-    {"fusion_groupnorm_reg_" #TN "_v" #VEC "_k" #K,                                                                \
-        reinterpret_cast<void const*>(&fusion_groupnorm_reg_##TN##_v##VEC##_k##K)},
-#define FUSION_GROUPNORM_ENTRY_LOOP(TN, T)                                                                         \
-    {"fusion_groupnorm_loop_" #TN, reinterpret_cast<void const*>(&fusion_groupnorm_loop_##TN)},
-
-std::unordered_map<std::string, void const*> const& groupNormTable()
+struct RegKernel
 {
-    static std::unordered_map<std::string, void const*> const table{
-        FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_ENTRY_LOOP)};
-    return table;
+    char const* type; // "f32" / "f16"
+    int vec;
+    int k;
+    char const* name;
+    void const* fn;
+};
+
+// The register-path kernels in their listed order (K ascending per type and pack width).
+#define FUSION_GROUPNORM_ENTRY_K(TN, T, VEC, K)                                                                    \
+    {#TN, VEC, K, "fusion_groupnorm_reg_" #TN "_v" #VEC "_k" #K,                                                   \
+        reinterpret_cast<void const*>(&fusion_groupnorm_reg_##TN##_v##VEC##_k##K)},
+#define FUSION_GROUPNORM_NO_LOOP(TN, T)
+RegKernel const kRegKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_NO_LOOP)};
+
+int64_t threadsFor(int64_t packs, int64_t perThread)
+{
+    return ((packs + perThread - 1) / perThread + 31) / 32 * 32;
 }
 
 } // namespace
@@ -42,27 +50,43 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk)
     {
         return plan;
     }
-    char const* typeName = type == ElemType::kFLOAT ? "f32" : "f16";
-    int64_t const vecMax = type == ElemType::kFLOAT ? 4 : 8;
+    bool const f32 = type == ElemType::kFLOAT;
+    char const* typeName = f32 ? "f32" : "f16";
+    int64_t const vecMax = f32 ? 4 : 8;
     int64_t const vec = (vecOk && cols % vecMax == 0) ? vecMax : 1;
-    int64_t const maxK = vec > 1 ? FUSION_GROUPNORM_MAX_K : FUSION_GROUPNORM_MAX_K_SCALAR;
     int64_t const nv = cols / vec;
-    snprintf(plan.name, sizeof(plan.name), "fusion_groupnorm_loop_%s", typeName);
-    plan.block = FUSION_GROUPNORM_THREADS;
-    for (int64_t k = 8; k <= maxK; k += 8) // the instantiated K: 8, 16, ... (groupNormKernels.cuh)
+    // The smallest K whose CTA has at most TARGET threads, else the largest K within 1024.
+    RegKernel const* pick = nullptr;
+    for (RegKernel const& kernel : kRegKernels)
     {
-        int64_t const packs = k / vec; // per thread
-        if (nv <= FUSION_GROUPNORM_THREADS * packs)
+        if (std::strcmp(kernel.type, typeName) != 0 || kernel.vec != vec)
         {
-            int64_t const threads = ((nv + packs - 1) / packs + 31) / 32 * 32;
-            snprintf(plan.name, sizeof(plan.name), "fusion_groupnorm_reg_%s_v%d_k%d", typeName, int(vec), int(k));
+            continue;
+        }
+        int64_t const threads = threadsFor(nv, kernel.k / vec);
+        if (threads <= FUSION_GROUPNORM_THREADS)
+        {
+            pick = &kernel;
             plan.block = static_cast<int32_t>(threads);
-            break;
+            if (threads <= FUSION_GROUPNORM_TARGET_THREADS)
+            {
+                break;
+            }
         }
     }
+    if (pick != nullptr)
+    {
+        snprintf(plan.name, sizeof(plan.name), "%s", pick->name);
+        plan.kernel = pick->fn;
+    }
+    else
+    {
+        snprintf(plan.name, sizeof(plan.name), "fusion_groupnorm_loop_%s", typeName);
+        plan.block = FUSION_GROUPNORM_THREADS;
+        plan.kernel = f32 ? reinterpret_cast<void const*>(&fusion_groupnorm_loop_f32)
+                          : reinterpret_cast<void const*>(&fusion_groupnorm_loop_f16);
+    }
     plan.grid = rows > INT_MAX ? INT_MAX : rows; // rows are grid-strided
-    auto const it = groupNormTable().find(plan.name);
-    plan.kernel = it == groupNormTable().end() ? nullptr : it->second;
     return plan;
 }
 

@@ -16,24 +16,28 @@ TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
 # The comments name the kernel fp32 / fp16 get (groupnorm_launch_config; checked below).
 CASES = [
-    ((2, 64, 8, 8), 32, 0),  # cols 128: v4_k8 / v8_k8
-    ((1, 320, 16, 16), 32, 0),  # batch 1 (few CTAs), cols 2560: v4_k8 / v8_k8
-    ((2, 64, 48, 48), 16, 0),  # cols 9216: v4_k16 / v8_k16
-    ((2, 1280, 16, 16), 32, 0),  # SD-UNet 1280x16x16, cols 10240: v4_k16 / v8_k16
-    ((2, 640, 32, 32), 32, 0),  # SD-UNet 640x32x32, cols 20480: v4_k24 / v8_k24
-    ((2, 96, 32, 32), 4, 0),  # cols 24576: v4_k24 / v8_k24
-    ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k32 / v8_k32
-    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 / v8_k40
-    ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k40, packs span channels
-    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: loop
+    ((2, 64, 8, 8), 32, 0),  # cols 128: v4_k4 / v8_k8
+    ((2, 32, 16, 16), 4, 0),  # cols 2048: v4_k8 / v8_k8
+    ((1, 320, 16, 16), 32, 0),  # batch 1 (few CTAs), cols 2560: v4_k16 / v8_k16
+    ((2, 96, 8, 8), 1, 0),  # cols 6144: v4_k24 / v8_k32
+    ((1, 128, 8, 8), 1, 0),  # cols 8192: v4_k32 / v8_k32
+    ((2, 64, 48, 48), 16, 0),  # cols 9216: v4_k40 / v8_k48
+    ((2, 1280, 16, 16), 32, 0),  # SD-UNet 1280x16x16, cols 10240: v4_k40 / v8_k48
+    ((2, 64, 16, 16), 1, 0),  # cols 16384: v4_k40 / v8_k64
+    ((2, 640, 32, 32), 32, 0),  # SD-UNet 640x32x32, cols 20480: v4_k40 / v8_k80
+    ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
+    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads) / v8_k80
+    ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
+    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: loop / v8_k80
     ((1, 64, 64, 64), 2, 0),  # cols 131072: loop
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
-    ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k8 / v8_k8, packs span channels
-    ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k8 / v8_k8 (fp16 packs span channels)
-    ((4, 16), 4, 0),  # rank 2, spatial 1, cols 4: v4_k8 (a channel per element) / v1_k8
-    ((2, 8, 3, 5, 7), 2, 0),  # rank 5, cols 420: v4_k8 / v1_k8
+    ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k4 / v8_k8, packs span channels
+    ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k4 / v8_k8 (fp16 packs span channels)
+    ((4, 16), 4, 0),  # rank 2, spatial 1, cols 4: v4_k4 (a channel per element) / v1_k8
+    ((2, 8, 3, 5, 7), 2, 0),  # rank 5, cols 420: v4_k4 / v1_k8
     ((2, 64, 8, 8), 32, 1),  # unaligned x, y, cols 128: v1_k8
-    ((2, 40, 25, 25), 2, 1),  # unaligned, cols 12500: v1_k16
+    ((1, 3, 1000), 1, 1),  # unaligned, cols 3000: v1_k16
+    ((2, 40, 25, 25), 2, 1),  # unaligned, cols 12500: v1_k24
     ((1, 96, 16, 16), 1, 1),  # unaligned, cols 24576: v1_k24 (the scalar path's largest)
     ((2, 5, 5005), 1, 0),  # cols 25025, odd, > 1024 x 24: loop
     ((1, 32, 100, 100), 4, 1),  # unaligned, cols 80000: loop
@@ -118,6 +122,23 @@ def test_groupnorm_constant_group_is_beta(cp, module, dtype):
                      dy.data.ptr, shape[0], shape[1], groups, 256, 1e-5, False)  # fmt: skip
     got = cp.asnumpy(dy).astype(np.float64)
     np.testing.assert_allclose(got, np.broadcast_to(b.astype(np.float64).reshape(1, -1, 1, 1), shape), atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", sorted(TOL))
+def test_groupnorm_silu_far_from_zero(cp, module, dtype):
+    """The fast SiLU at its limits: y = beta (gamma 0) from -100 (exp(-y) overflows: -0) to 100."""
+    beta = np.array([-100, -88, -87, -30, -5, -0.5, 0, 0.5, 5, 30, 87, 100], dtype=dtype)
+    shape, groups = (2, beta.size, 4, 4), 3
+    x = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    dy = cp.full(shape, np.nan, dtype=dtype)
+    launch_groupnorm(module, dtype, cp.asarray(x).data.ptr, cp.asarray(np.zeros_like(beta)).data.ptr,
+                     cp.asarray(beta).data.ptr, dy.data.ptr, shape[0], shape[1], groups, 16, 1e-5, True)  # fmt: skip
+    got = cp.asnumpy(dy).astype(np.float64)
+    b = beta.astype(np.float64)
+    want = np.broadcast_to((b / (1 + np.exp(-b))).reshape(1, -1, 1, 1), shape)
+    atol, rtol = TOL[dtype]
+    np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
 
 
 def test_groupnorm_empty_batch_launches_nothing():
