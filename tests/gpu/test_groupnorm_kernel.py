@@ -117,9 +117,10 @@ def test_groupnorm_constant_group_is_beta(cp, module, dtype):
     x = np.full(shape, 3.0, dtype=dtype)
     g = np.ones(shape[1], dtype=dtype)
     b = np.linspace(-1, 1, shape[1]).astype(dtype)
+    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)  # kept alive: the pool reuses freed memory
     dy = cp.full(shape, np.nan, dtype=dtype)
-    launch_groupnorm(module, dtype, cp.asarray(x).data.ptr, cp.asarray(g).data.ptr, cp.asarray(b).data.ptr,
-                     dy.data.ptr, shape[0], shape[1], groups, 256, 1e-5, False)  # fmt: skip
+    launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], groups,
+                     256, 1e-5, False)  # fmt: skip
     got = cp.asnumpy(dy).astype(np.float64)
     np.testing.assert_allclose(got, np.broadcast_to(b.astype(np.float64).reshape(1, -1, 1, 1), shape), atol=1e-6)
 
@@ -131,9 +132,10 @@ def test_groupnorm_silu_far_from_zero(cp, module, dtype):
     beta = np.array([-100, -88, -87, -30, -5, -0.5, 0, 0.5, 5, 30, 87, 100], dtype=dtype)
     shape, groups = (2, beta.size, 4, 4), 3
     x = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    dx, dg, db = cp.asarray(x), cp.zeros(beta.size, dtype=dtype), cp.asarray(beta)
     dy = cp.full(shape, np.nan, dtype=dtype)
-    launch_groupnorm(module, dtype, cp.asarray(x).data.ptr, cp.asarray(np.zeros_like(beta)).data.ptr,
-                     cp.asarray(beta).data.ptr, dy.data.ptr, shape[0], shape[1], groups, 16, 1e-5, True)  # fmt: skip
+    launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], groups, 16,
+                     1e-5, True)  # fmt: skip
     got = cp.asnumpy(dy).astype(np.float64)
     b = beta.astype(np.float64)
     want = np.broadcast_to((b / (1 + np.exp(-b))).reshape(1, -1, 1, 1), shape)
