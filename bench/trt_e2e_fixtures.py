@@ -279,8 +279,9 @@ def instancenorm_as_reductions(model: onnx.ModelProto) -> onnx.ModelProto:
         np_type = helper.tensor_dtype_to_np_dtype(types[x])
         b = f"{node.name or y}_red"
         axes = list(range(2, rank))
-        consts = {f"{b}_eps": np.array(eps, np_type), f"{b}_axes": np.array(axes, np.int64),
-                  f"{b}_caxes": np.array(list(range(1, rank - 1)), np.int64)}  # fmt: skip
+        consts = {f"{b}_eps": np.array(eps, np_type), f"{b}_caxes": np.array(list(range(1, rank - 1)), np.int64)}
+        if opset >= 18:  # ReduceMean's axes as an input (an attribute before)
+            consts[f"{b}_axes"] = np.array(axes, np.int64)
         out.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
 
         def mean(src: str, dst: str) -> None:

@@ -1,14 +1,19 @@
-"""Whole transformers on TensorRT, unfused vs fused: engine build time, latency, accuracy.
+"""Whole models on TensorRT, unfused vs fused: engine build time, latency, accuracy.
 
 Two steps, on the GPU machine:
 
     python3 bench/trt_engines.py export --model bert --out /tmp/trt_models     # torch + transformers
+    PYTHONPATH=DIR python3 bench/trt_engines.py export --model unet ...       # + diffusers (in DIR)
     py310 bench/trt_engines.py run --model bert --onnx /tmp/trt_models/bert.onnx \\
         [--plugins libfusion_plugins_trt8.so] [--engines unfused,trt_ln,trt_ln_fc] [--precision fp32]
 
-``export`` builds BERT-base (batch 8 x seq 128, input_ids only: no attention-mask input) or
-ViT-base (batch 8, 3x224x224) from its config with random weights (seed 0; no download) and
-exports it with torch's TorchScript exporter at opset 13, dims batch/seq dynamic.
+``export`` builds BERT-base (batch 8 x seq 128, input_ids only: no attention-mask input),
+ViT-base (batch 8, 3x224x224), ... (``MODELS``) from its config with random weights (seed 0; no
+download) and exports it with torch's TorchScript exporter at opset 13, dims batch/seq dynamic.
+``unet`` is a diffusers ``UNet2DModel`` (``sample`` [batch, 4, 64, 64] and ``timestep`` [batch],
+both float32) whose GroupNorms export as Reshape -> InstanceNormalization -> Reshape -> Mul -> Add:
+it needs diffusers (0.42.1, pure Python; its other needs are on the GPU machine), which
+bench/run_gpu_engines.sh installs from a carried ``.whl/diffusers-*.whl`` when python3 lacks it.
 
 ``run`` (TensorRT's Python: tensorrt, polygraphy, onnx, onnxruntime, numpy) does, for one model
 (one per invocation: each fits a 10-minute device call; BERT-base fp32 builds take 50-105 s):
@@ -18,6 +23,10 @@ exports it with torch's TorchScript exporter at opset 13, dims batch/seq dynamic
   LayerNorm + FC (``CustomFCPluginDynamic``);
 * ``plugin_ln`` / ``plugin_ln_fc`` (only with ``--plugins``): target ``plugin`` (this
   project's plugins), Layer/RMSNorm only / Layer/RMSNorm + FC;
+* ``trt_gn`` / ``plugin_gn`` (the latter only with ``--plugins``): GroupNorm only, as TensorRT's
+  GroupNormalizationPlugin (fp32 and static shapes only: this engine's model has the profile's
+  dims fixed, row field ``static_dims``; the others' profiles are one point, so the same
+  shapes) / as FusedGroupNorm with the SiLU that follows it fused;
 
 each built with tactic sources CUBLAS + CUBLAS_LT and one shared timing cache, timed with
 :mod:`fusion.trt.timing` (what ``verify --trt`` and ``fuse --tune`` use) paired with the
@@ -26,6 +35,12 @@ engine's outputs from the timed bindings).  Rows go to ``--out`` (default
 bench/results/trt_engines.json) after every engine, replacing earlier rows of the same
 model, engine and precision; engines are kept in ``--engine-dir`` so a later call reuses
 them (the unfused one above all) instead of building again.
+
+TensorRT 8.5 runs ONNX InstanceNormalization through cuDNN, a stub in the bundle: an engine
+whose model has some (the unfused UNet; any not fused in a fused one) is built from the model
+with each written as ReduceMean/Sub/Mul/Sqrt/Div (bench/trt_e2e_fixtures.buildable_baseline),
+and the row's ``baseline`` says so.  The onnxruntime reference is always the exported model's.
+For the UNet: ``MODEL=unet ENGINES=unfused,plugin_gn,trt_gn PLUGINS=... bash bench/run_gpu_engines.sh``.
 """
 
 from __future__ import annotations
@@ -63,8 +78,13 @@ ENGINES: dict[str, tuple[str, list[str]] | None] = {
     "plugin_skip": ("plugin", ["layernorm", "rmsnorm", "skipnorm"]),
     "plugin_skip_fc": ("plugin", ["layernorm", "rmsnorm", "skipnorm", "gemm"]),
     "plugin_default": ("plugin", None),  # the plugin target's default passes
+    "trt_gn": ("trt", ["groupnorm"]),
+    "plugin_gn": ("plugin", ["groupnorm"]),
 }
-NEEDS_PLUGINS = {"plugin_ln", "plugin_ln_fc", "plugin_skip", "plugin_skip_fc", "plugin_default"}
+NEEDS_PLUGINS = {"plugin_ln", "plugin_ln_fc", "plugin_skip", "plugin_skip_fc", "plugin_default", "plugin_gn"}
+# TensorRT's GroupNormalizationPlugin asserts static shapes (configurePlugin): its engine's model
+# has the profile's dims fixed (min = opt = max in every profile here, so the same shapes).
+STATIC_ENGINES = {"trt_gn"}
 MODELS = {
     "bert": {"what": "BERT-base (12 layers, hidden 768), random weights", "batch": 8, "seq": 128, "vocab": 30522},
     "vit": {"what": "ViT-base/16 (12 layers, hidden 768, 197 tokens), random weights", "batch": 8, "image": 224},
@@ -73,26 +93,84 @@ MODELS = {
     "gpt2": {"what": "GPT-2-small (12 layers, hidden 768), random weights", "batch": 8, "seq": 128, "vocab": 50257},
     "llama": {"what": "small LLaMA (8 layers, hidden 1024, 16 heads, MLP 2816, RMSNorm), random weights", "batch": 8,
               "seq": 128, "vocab": 32000},  # fmt: skip
+    "unet": {"what": "diffusers UNet2DModel (block_out_channels 128/256/512/512, 1 layer per block, attention at "
+                     "32x32, 16x16 and the 8x8 mid block, 32 groups: 36 GroupNorms, 69.9M parameters), 4x64x64 "
+                     "latents, random weights", "batch": 8, "image": 64, "channels": 4},  # fmt: skip
 }
 TOKEN_MODELS = ("bert", "bert4", "gpt2", "llama")
 CAUSAL_MODELS = ("gpt2", "llama")  # exported with an attention_mask input too
 
 
-# -- export (the GPU machine's python3: torch + transformers) -----------------------------------
+# -- export (the GPU machine's python3: torch + transformers, diffusers for the UNet) ----------------
 
 
 def export(model: str, out_dir: Path) -> Path:
     import torch
-    import transformers
 
     torch.manual_seed(0)
     spec = MODELS[model]
+    if model == "unet":
+        net = unet_module(spec)
+        example = (torch.randn(spec["batch"], spec["channels"], spec["image"], spec["image"]),
+                   torch.randint(0, 1000, (spec["batch"],)).float())  # fmt: skip
+        names, out_name = ["sample", "timestep"], "out_sample"
+        dyn = {"sample": {0: "batch"}, "timestep": {0: "batch"}, out_name: {0: "batch"}}
+    else:
+        net = transformers_module(model, spec)
+        out_name = "last_hidden_state"
+        if model in TOKEN_MODELS:
+            ids = torch.randint(0, spec["vocab"], (spec["batch"], spec["seq"]))
+            name, axes = "input_ids", {0: "batch", 1: "seq"}
+        else:
+            ids = torch.randn(spec["batch"], 3, spec["image"], spec["image"])
+            name, axes = "pixel_values", {0: "batch"}
+        example, names = (ids,), [name]
+        dyn = {name: axes, out_name: {0: "batch", 1: "seq"} if model in TOKEN_MODELS else {0: "batch"}}
+        if model in CAUSAL_MODELS:  # without a mask, transformers 5 looks for packed sequences (aten::diff: no ONNX)
+            example, names = (ids, torch.ones_like(ids)), [name, "attention_mask"]
+            dyn["attention_mask"] = axes
+    # Fresh modules have γ = 1 and every bias 0, identical across layers: the exporter then keeps one
+    # initializer and reads it through Identity nodes, which TensorRT runs as copy layers outside
+    # Myelin.  Trained models have distinct values: perturb them so the graph looks like theirs.
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.dim() == 1:
+                p.add_(0.05 * torch.randn_like(p))
+    net.eval()
+
+    class Output(torch.nn.Module):
+        """The one output tensor: the UNet's sample, a transformer's last hidden state."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, *rest):
+            if model == "unet":
+                return self.inner(x, rest[0]).sample
+            extra = {"use_cache": False, "attention_mask": rest[0]} if model in CAUSAL_MODELS else {}
+            return self.inner(**{names[0]: x}, **extra).last_hidden_state
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{model}.onnx"
+    params = sum(p.numel() for p in net.parameters())
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        torch.onnx.export(Output(net), example, str(path), input_names=names, output_names=[out_name],
+                          dynamic_axes=dyn, opset_version=13, do_constant_folding=True, dynamo=False)  # fmt: skip
+    LOG.info("%s: %.0f MB, %.1fM parameters, exported in %.1fs (%s)", path, path.stat().st_size / 1e6, params / 1e6,
+             time.perf_counter() - t0, spec["what"])  # fmt: skip
+    return path
+
+
+def transformers_module(model: str, spec: dict[str, Any]):
+    """The transformers model of ``model`` from its config (random weights), eager attention."""
+    import transformers
+
     if model in ("bert", "bert4"):
         cfg = transformers.BertConfig(hidden_size=768, num_hidden_layers=spec.get("layers", 12), num_attention_heads=12,
                                       intermediate_size=3072, vocab_size=30522, max_position_embeddings=512)  # fmt: skip
         net = transformers.BertModel(cfg, add_pooling_layer=False)
-        example = torch.randint(0, cfg.vocab_size, (spec["batch"], spec["seq"]))
-        name, axes = "input_ids", {0: "batch", 1: "seq"}
     elif model == "gpt2":
         cfg = transformers.GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=spec["vocab"])
         net = transformers.GPT2Model(cfg)
@@ -104,45 +182,28 @@ def export(model: str, out_dir: Path) -> Path:
         cfg = transformers.ViTConfig(image_size=spec["image"], patch_size=16, hidden_size=768, num_hidden_layers=12,
                                      num_attention_heads=12, intermediate_size=3072)  # fmt: skip
         net = transformers.ViTModel(cfg, add_pooling_layer=False)
-        example = torch.randn(spec["batch"], 3, spec["image"], spec["image"])
-        name, axes = "pixel_values", {0: "batch"}
-    if model in ("gpt2", "llama"):
-        example = torch.randint(0, spec["vocab"], (spec["batch"], spec["seq"]))
-        name, axes = "input_ids", {0: "batch", 1: "seq"}
-    # Fresh modules have γ = 1 and every bias 0, identical across layers: the exporter then keeps one
-    # initializer and reads it through Identity nodes, which TensorRT runs as copy layers outside
-    # Myelin.  Trained models have distinct values: perturb them so the graph looks like theirs.
-    with torch.no_grad():
-        for p in net.parameters():
-            if p.dim() == 1:
-                p.add_(0.05 * torch.randn_like(p))
     try:  # the eager attention (matmul, softmax, matmul), which the TorchScript exporter writes out
         net.config._attn_implementation = "eager"
     except Exception:  # noqa: BLE001 - older/newer transformers: its default then
         pass
-    net.eval()
+    return net
 
-    class LastHidden(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
 
-        def forward(self, x, *mask):
-            extra = {"use_cache": False, "attention_mask": mask[0]} if model in CAUSAL_MODELS else {}
-            return self.inner(**{name: x}, **extra).last_hidden_state
+def unet_module(spec: dict[str, Any]):
+    """diffusers UNet2DModel from its config (random weights), the classic attention."""
+    from diffusers import UNet2DModel
+    from diffusers.models.attention_processor import Attention, AttnProcessor
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{model}.onnx"
-    out_axes = {0: "batch", 1: "seq"} if model in TOKEN_MODELS else {0: "batch"}
-    args, names, dyn = (example,), [name], {name: axes, "last_hidden_state": out_axes}
-    if model in CAUSAL_MODELS:  # without a mask, transformers 5 looks for packed sequences (aten::diff: no ONNX)
-        args, names = (example, torch.ones_like(example)), [name, "attention_mask"]
-        dyn["attention_mask"] = axes
-    with torch.no_grad():
-        torch.onnx.export(LastHidden(net), args, str(path), input_names=names, output_names=["last_hidden_state"],
-                          dynamic_axes=dyn, opset_version=13, do_constant_folding=True, dynamo=False)  # fmt: skip
-    print(f"{path}: {path.stat().st_size / 1e6:.0f} MB ({spec['what']})")
-    return path
+    net = UNet2DModel(sample_size=spec["image"], in_channels=spec["channels"], out_channels=spec["channels"],
+                      block_out_channels=(128, 256, 512, 512), layers_per_block=1, norm_num_groups=32,
+                      attention_head_dim=64,
+                      down_block_types=("DownBlock2D", "AttnDownBlock2D", "AttnDownBlock2D", "DownBlock2D"),
+                      up_block_types=("UpBlock2D", "AttnUpBlock2D", "AttnUpBlock2D", "UpBlock2D"))  # fmt: skip
+    # baddbmm + softmax: torch's SDPA has no ONNX export before opset 14.
+    for mod in net.modules():
+        if isinstance(mod, Attention):
+            mod.set_processor(AttnProcessor())
+    return net
 
 
 # -- run (TensorRT's Python 3.10) ----------------------------------------------------------------
@@ -175,8 +236,81 @@ def make_feed(model: str, proto, profile: dict[str, Any], seed: int = 0) -> dict
         vocab = MODELS[model]["vocab"]
         ids = rng.integers(0, vocab, (profile["batch"], profile["seq"])).astype(np.int64)
         return {"input_ids": ids, **({"attention_mask": np.ones_like(ids)} if model in CAUSAL_MODELS else {})}
+    if model == "unet":  # latents and one diffusion step per sample
+        spec, b = MODELS["unet"], profile["batch"]
+        sample = rng.standard_normal((b, spec["channels"], spec["image"], spec["image"])).astype(np.float32)
+        return {"sample": sample, "timestep": rng.integers(0, 1000, b).astype(np.float32)}
     size = MODELS["vit"]["image"]
     return {"pixel_values": rng.standard_normal((profile["batch"], 3, size, size)).astype(np.float32)}
+
+
+def engine_model(original, name: str, profile: dict[str, Any]):
+    """-> (the model engine ``name`` builds, fusion counts, row fields saying how it differs from
+    the exported model): fused by the engine's target and passes, on the model with its dims
+    fixed to the profile's for STATIC_ENGINES, then with any InstanceNormalization left written
+    as reductions (:func:`buildable`)."""
+    import fusion
+
+    extra: dict[str, Any] = {}
+    if ENGINES[name] is None:
+        proto, fused = original, {}
+    else:
+        target, passes = ENGINES[name]
+        source = original
+        if name in STATIC_ENGINES:
+            source, fixed = with_static_dims(original, profile)
+            if fixed:
+                extra["static_dims"] = fixed
+        result = fusion.run(source, passes, target=target)
+        proto, fused = result.model, result.counts()
+    proto, note = buildable(proto, fused=ENGINES[name] is not None)
+    if note:
+        extra["baseline"] = note
+    return proto, fused, extra
+
+
+def buildable(model, fused: bool = False):
+    """-> (``model`` as TensorRT 8.5 can build it, a note or None): its InstanceNormalization
+    nodes (the TorchScript export of GroupNorm) need cuDNN, a stub in the bundle, so each is
+    written as ReduceMean/Sub/Mul/Sqrt/Div (bench/trt_e2e_fixtures.py, imported only then)."""
+    n = sum(node.op_type == "InstanceNormalization" for node in model.graph.node)
+    if not n:
+        return model, None
+    from trt_e2e_fixtures import buildable_baseline, instancenorm_as_reductions
+
+    if not fused:
+        return buildable_baseline(model)
+    return instancenorm_as_reductions(model), (f"the {n} InstanceNormalization ops left unfused written as "
+                                               "ReduceMean/Sub/Mul/Sqrt/Div, as in the unfused baseline "
+                                               "(TensorRT 8.5 runs InstanceNormalization through cuDNN, a stub here)")  # fmt: skip
+
+
+def with_static_dims(model, profile: dict[str, Any]):
+    """-> (``model`` with its graph inputs' and outputs' dims named in ``profile`` fixed to those
+    sizes and every tensor's shape annotated, the dims fixed).  Shape inference runs at opset
+    >= 15 (the annotations only): Shape-13 has no data propagation, and without it the
+    GroupNorm's Reshape(y, Shape(x)) leaves every later shape unknown."""
+    import onnx
+
+    tmp = onnx.ModelProto()
+    tmp.CopyFrom(model)
+    fixed: dict[str, int] = {}
+    for v in (*tmp.graph.input, *tmp.graph.output):
+        for d in v.type.tensor_type.shape.dim:
+            if d.dim_param in profile and isinstance(profile[d.dim_param], int):
+                fixed[d.dim_param] = size = profile[d.dim_param]
+                d.Clear()
+                d.dim_value = size
+    if not fixed:
+        return model, {}
+    default = [o for o in tmp.opset_import if o.domain in ("", "ai.onnx")]
+    opset = default[0].version if default else None
+    if opset is not None and 13 <= opset < 15:  # ops revised in 14-17 keep 13's behaviour by default
+        default[0].version = 17
+    out = onnx.shape_inference.infer_shapes(tmp, data_prop=True)
+    if opset is not None:
+        next(o for o in out.opset_import if o.domain in ("", "ai.onnx")).version = opset
+    return out, fixed
 
 
 def make_row(model: str, engine: str, precision: str, *, timing=None, unfused_timing=None, build_s=None,
@@ -277,15 +411,16 @@ class Engines:
         data = proto.SerializeToString()
         key = hashlib.sha1(data).hexdigest()[:12]
         tag = f"{name}_{self.precision}_{key}_{ftrt.trt_version()}"
+        inputs = model_inputs(proto)
+        shapes = self.profile if any(i.dynamic for i in inputs) else None  # a static model takes no profile
         path = Path(self.engine_dir) / f"{tag}.engine" if self.engine_dir else None
         if path is not None and path.is_file() and path.with_suffix(".json").is_file():
             ftrt.load_plugins(self.plugins)
             info = json.loads(path.with_suffix(".json").read_text())
-            inputs = model_inputs(proto)
             LOG.info("%s: engine reused from %s (built in %.1fs)", name, path, info["build_s"])
-            return BuiltEngine(path.read_bytes(), derive_profiles(inputs, self.profile), inputs, info["trt_version"],
+            return BuiltEngine(path.read_bytes(), derive_profiles(inputs, shapes), inputs, info["trt_version"],
                                self.precision, build_s=info["build_s"], path=str(path)), info["plugin_layers"]  # fmt: skip
-        built = build_engine(data, shapes=self.profile, plugins=self.plugins, precision=self.precision,
+        built = build_engine(data, shapes=shapes, plugins=self.plugins, precision=self.precision,
                              tactic_sources=TACTICS, timing_cache=self.timing_cache)  # fmt: skip
         plugin_layers = len(built.plugin_layers)
         if path is not None:
@@ -304,7 +439,6 @@ def run(args: argparse.Namespace) -> int:
     from trt_verify import use_source_tree_patterns  # fusion.patterns from patterns/ in a checkout
 
     use_source_tree_patterns()
-    import fusion
     from fusion.trt.build import trt_version
     from fusion.trt.timing import METHOD, time_engines
 
@@ -331,12 +465,9 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         t0 = time.perf_counter()
         try:
-            if ENGINES[name] is None:
-                proto, fused = original, {}
-            else:
-                target, passes = ENGINES[name]
-                result = fusion.run(original, passes, target=target)
-                proto, fused = result.model, result.counts()
+            proto, fused, extra = engine_model(original, name, profile)
+            for k, v in extra.items():
+                LOG.info("%s: %s %s", name, k, v)
             built, plugin_layers = engines.get(proto, name)
             pair = [built] if unfused is None else [unfused, built]
             timings, outputs = time_engines(pair, [feed], repeats=args.repeats, fetch=True)
@@ -346,7 +477,7 @@ def run(args: argparse.Namespace) -> int:
                 unfused = built
             row = make_row(args.model, name, args.precision, timing=timings[-1][0],
                            unfused_timing=timings[0][0], build_s=built.build_s, max_abs_err=err, fused=fused,
-                           plugin_layers=plugin_layers, meta=row_meta)  # fmt: skip
+                           plugin_layers=plugin_layers, meta={**row_meta, **extra})  # fmt: skip
             if args.layers:
                 row["layer_kinds"] = layer_profile(built, feed, args.layers / f"{args.model}_{name}_{args.precision}.json")
         except Exception as e:  # noqa: BLE001 - recorded per row
@@ -391,7 +522,8 @@ def e2e_rows(rows: list[dict[str, Any]], tune: dict[str, Any] | None = None) -> 
                     "plugin_layers": r["plugin_layers"], "max_abs_err": r.get("max_abs_err"),
                     "engine_ms": r["median_ms"], "unfused_ms": r.get("unfused_ms"), "ratio": r.get("speedup"),
                     "build_s": r.get("build_s"), "commit": r.get("commit"), "device": r.get("device"),
-                    "trt_version": r.get("trt_version")})  # fmt: skip
+                    "trt_version": r.get("trt_version"),
+                    **{k: r[k] for k in ("baseline", "static_dims") if r.get(k)}})  # fmt: skip
     if tune:
         kept = tune.get("kept") or []
         base = next((r for r in out if r["model"] == tune.get("model") and r["precision"] == tune.get("precision")

@@ -579,6 +579,9 @@ def test_trt_engines_bench_arguments_and_rows(tmp_path):
     run, notes = te.engines_to_run(args.engines, args.plugins)
     assert run == ["unfused", "trt_ln"] and notes[0].startswith("plugin_ln: skipped (needs --plugins")
     assert te.engines_to_run(None, ["lib.so"])[0] == list(te.ENGINES)
+    run, notes = te.engines_to_run(["plugin_gn", "trt_gn"], [])
+    assert run == ["unfused", "trt_gn"] and len(notes) == 1 and notes[0].startswith("plugin_gn: skipped (needs --plugins")
+    assert te.engines_to_run(["plugin_gn", "trt_gn"], ["lib.so"]) == (["unfused", "plugin_gn", "trt_gn"], [])
     with pytest.raises(SystemExit, match="unknown engine 'fc'"):
         te.engines_to_run(["fc"], [])
     assert te.profile_for("bert", None, None) == {"batch": 8, "seq": 128} and te.profile_for("vit", 4, None) == {"batch": 4}
@@ -611,6 +614,15 @@ def test_trt_engines_e2e_table_and_new_models():
         ids = te.make_feed(model, None, prof)["input_ids"]
         assert ids.shape == (8, 128) and ids.max() < te.MODELS[model]["vocab"]
     assert te.make_row("bert", "plugin_default", "fp32")["passes"] == "default"
+    assert te.profile_for("unet", None, None) == {"batch": 8} and te.profile_for("unet", 2, 64) == {"batch": 2}
+    feed = te.make_feed("unet", None, {"batch": 3})
+    assert feed["sample"].shape == (3, 4, 64, 64) and feed["timestep"].shape == (3,)
+    assert feed["sample"].dtype == feed["timestep"].dtype == np.float32
+    assert 0 <= feed["timestep"].min() and feed["timestep"].max() < 1000 and len(set(feed["timestep"])) > 1
+    np.testing.assert_array_equal(te.make_feed("unet", None, {"batch": 3})["sample"], feed["sample"])  # seeded
+    row = te.make_row("unet", "plugin_gn", "fp16", meta={"baseline": None})
+    assert (row["target"], row["passes"]) == ("plugin", ["groupnorm"])
+    assert te.make_row("unet", "trt_gn", "fp32")["target"] == "trt"
     rows = [
         {"model": "bert", "engine": "unfused", "target": None, "precision": "fp32", "passes": [], "fused": {},
          "plugin_layers": 0, "median_ms": 5.0, "unfused_ms": 5.0, "speedup": 1.0, "build_s": 14.0, "commit": "c"},
@@ -621,9 +633,77 @@ def test_trt_engines_e2e_table_and_new_models():
     out = te.e2e_rows(rows, {"model": "bert", "precision": "fp32", "target": "trt", "kept": [], "seconds": 212.5,
                              "commit": "t"})  # fmt: skip
     assert [(r["target"], r["ratio"]) for r in out] == [("none", 1.0), ("plugin", 0.85), ("tuned", 1.0)]
+    assert "baseline" not in out[0]
+    unet = [{**rows[0], "model": "unet", "baseline": "unfused baseline: its 36 InstanceNormalization ops ..."},
+            {**rows[1], "model": "unet", "engine": "trt_gn", "target": "trt", "static_dims": {"batch": 8}}]  # fmt: skip
+    assert [(r["engine"], r.get("baseline", "")[:15], r.get("static_dims")) for r in te.e2e_rows(unet)] == [
+        ("unfused", "unfused baselin", None), ("trt_gn", "", {"batch": 8})]  # fmt: skip
     assert out[2]["engine_ms"] == 5.0 and out[2]["build_s"] == 212.5 and "kept no fusion" in out[2]["note"]
     assert te.e2e_rows(rows, {"model": "bert", "precision": "fp32", "target": "trt", "kept": ["layernorm"]})[-1][
         "target"] == "plugin"  # a tuning run that kept something has no row of its own here
+
+
+def _gn_feed_outputs(model, feed):
+    """onnxruntime without graph optimizations, as bench/trt_engines.py's reference (with them,
+    onnxruntime 1.32's ExpandElimination drops the GroupNorm bodies' zero-size pad (Body.reshape)
+    on a static input, and the Reshape after it fails)."""
+    from tests.builders import run
+
+    return run(model, feed)[0]
+
+
+def test_trt_engines_build_models_without_instancenormalization():
+    """TensorRT 8.5 cannot build InstanceNormalization (cuDNN is a stub there): the unfused
+    engine's model has each written as reductions, a fused one its leftovers, each row says so;
+    GroupNorm fused to plugins needs no rewrite; trt_gn fixes the batch (the shipped plugin is
+    static); every variant computes what the exported model does."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import trt_engines as te
+
+    from tests.groupnorm_models import GN, build, feeds
+
+    spec = GN(shape=("batch", 16, 5, 6), silu="xs")
+    model, feed = build(spec), feeds(spec, batch=2)
+    want = _gn_feed_outputs(model, feed)
+    ops = lambda m: sorted(n.op_type for n in m.graph.node if "Norm" in n.op_type)  # noqa: E731
+
+    base, fused, extra = te.engine_model(model, "unfused", {"batch": 2})
+    assert ops(base) == [] and fused == {} and "its 1 InstanceNormalization ops written as" in extra["baseline"]
+    np.testing.assert_allclose(_gn_feed_outputs(base, feed), want, rtol=1e-5, atol=1e-5)
+    left, fused, extra = te.engine_model(model, "trt_ln", {"batch": 2})  # a fused model with the GroupNorm left
+    assert ops(left) == [] and fused == {} and extra["baseline"].startswith("the 1 InstanceNormalization ops left unfused")
+    plug, fused, extra = te.engine_model(model, "plugin_gn", {"batch": 2})
+    assert ops(plug) == ["FusedGroupNorm"] and fused == {"groupnorm": 1} and extra == {}
+    gn = next(n for n in plug.graph.node if n.op_type == "FusedGroupNorm")
+    assert next(a.i for a in gn.attribute if a.name == "silu") == 1  # the SiLU fused with it
+    np.testing.assert_allclose(_gn_feed_outputs(plug, feed), want, rtol=1e-5, atol=1e-5)
+    shipped, fused, extra = te.engine_model(model, "trt_gn", {"batch": 2})
+    assert ops(shipped) == ["GroupNormalizationPlugin"] and extra == {"static_dims": {"batch": 2}}
+    assert [d.dim_value for d in shipped.graph.input[0].type.tensor_type.shape.dim] == [2, 16, 5, 6]
+    assert shipped.opset_import[0].version == 13 and model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    np.testing.assert_allclose(_gn_feed_outputs(shipped, feed), want, rtol=1e-5, atol=1e-5)
+    # Dynamic, trt_gn cannot fuse: the shipped plugin asserts static shapes.
+    assert fusion.run(model, ["groupnorm"], target="trt").counts() == {}
+
+    relu = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                               [helper.make_tensor_value_info("x", F, ["batch", 4])],
+                                               [helper.make_tensor_value_info("y", F, ["batch", 4])]))  # fmt: skip
+    assert te.buildable(relu) == (relu, None) and te.engine_model(relu, "unfused", {"batch": 2}) == (relu, {}, {})
+    assert te.with_static_dims(relu, {"seq": 8}) == (relu, {})  # no dim of that name: nothing to fix
+
+
+def test_trt_engines_unet_config():
+    """The UNet's config is what MODELS says (its parameters and GroupNorms), without exporting."""
+    pytest.importorskip("diffusers")
+    sys.path.insert(0, str(REPO / "bench"))
+    import torch
+    import trt_engines as te
+
+    net = te.unet_module(te.MODELS["unet"])
+    params = sum(p.numel() for p in net.parameters())
+    norms = sum(isinstance(m, torch.nn.GroupNorm) and m.num_groups == 32 for m in net.modules())
+    assert f"{norms} GroupNorms, {params / 1e6:.1f}M parameters" in te.MODELS["unet"]["what"]
+    assert norms == 36 and 30e6 < params < 120e6
 
 
 def test_build_engine_from_serialized_bytes(fake_trt, tmp_path):
