@@ -3,12 +3,10 @@
 // [N * G, cols]; the channel of element i of a row is firstChannel + i / spatial.
 //
 // Device code only, no TensorRT: the same source compiles under nvcc (plugin library) and
-// NVRTC (cupy.RawModule, tests/gpu).  Statistics in fp32 without cancellation for groups with a
-// large mean: the register path takes each thread's mean and squared deviations from its own
-// cached values, then merges (count, mean, M2) across the CTA (Chan et al.), one block-wide step;
-// the loop path makes two passes (the mean of deviations from the first element, then squared
-// deviations from the mean).  The last step normalizes, applies the per-channel affine and, if
-// silu != 0, y * sigmoid(y).
+// NVRTC (cupy.RawModule, tests/gpu).  Statistics in fp32, two-pass (common/normKernels.cuh
+// cachedStats: the mean of deviations from the row's first element, then the sum of squared
+// deviations from the mean: no cancellation for groups with a large mean); the last step
+// normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
 //
 // Two paths:
 //   reg  - the group held in registers: each thread caches K elements as K / VEC packs of T
@@ -38,85 +36,6 @@ __device__ __forceinline__ float groupNormValue(float x, RowStats s, float a, fl
     return v;
 }
 
-// Count, mean and sum of squared deviations from the mean (M2) of a set of values.
-struct Moments
-{
-    float n;
-    float mean;
-    float m2;
-};
-
-// The moments of the union of two sets (Chan, Golub and LeVeque): no cancellation.
-__device__ __forceinline__ Moments mergeMoments(Moments a, Moments b)
-{
-    float const n = a.n + b.n;
-    if (n == 0.F)
-    {
-        return a;
-    }
-    float const d = b.mean - a.mean;
-    float const wb = b.n / n;
-    return Moments{n, a.mean + d * wb, a.m2 + b.m2 + d * d * a.n * wb};
-}
-
-// Every lane gets the warp's merged moments, bit-identical: the lanes of each butterfly pair
-// merge in the same order (lower lane first).
-__device__ __forceinline__ Moments warpMoments(Moments m)
-{
-    int const lane = threadIdx.x & 31;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-    {
-        Moments const other{__shfl_xor_sync(0xffffffffu, m.n, o), __shfl_xor_sync(0xffffffffu, m.mean, o),
-            __shfl_xor_sync(0xffffffffu, m.m2, o)};
-        bool const upper = (lane & o) != 0;
-        m = mergeMoments(upper ? other : m, upper ? m : other); // one merge, one rounding order
-    }
-    return m;
-}
-
-// The CTA's moments in every thread, after one __syncthreads().  `buf` (32 entries) must not
-// be rewritten before the next __syncthreads(): callers alternate two buffers.
-__device__ __forceinline__ Moments blockMoments(Moments m, Moments* buf)
-{
-    m = warpMoments(m);
-    int const lane = threadIdx.x & 31;
-    if (lane == 0)
-    {
-        buf[threadIdx.x >> 5] = m;
-    }
-    __syncthreads();
-    // Each warp merges the warps' moments itself: no second barrier to broadcast a result.
-    return warpMoments(lane < static_cast<int>(blockDim.x >> 5) ? buf[lane] : Moments{0.F, 0.F, 0.F});
-}
-
-// A thread's moments over its first `count` cached packs: two passes over registers.
-template <typename T, int VEC, int N>
-__device__ __forceinline__ Moments cachedMoments(Pack<T, VEC> const (&cache)[N], int count)
-{
-    float sum = 0.F;
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-    {
-        if (i < count)
-        {
-            sum += packSum(cache[i], 0.F);
-        }
-    }
-    float const n = static_cast<float>(count * VEC);
-    float const mean = count > 0 ? sum / n : 0.F;
-    float m2 = 0.F;
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-    {
-        if (i < count)
-        {
-            m2 += packSquares(cache[i], mean, 0.F);
-        }
-    }
-    return Moments{n, mean, m2};
-}
-
 // The group of each row cached in registers: K elements (K / VEC packs) per thread.
 template <typename T, int VEC, int K>
 __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
@@ -126,7 +45,7 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
     static_assert(K % VEC == 0, "K must be a multiple of VEC");
     constexpr int N = K / VEC;
     using P = Pack<T, VEC>;
-    __shared__ Moments buf[2][32];
+    __shared__ float buf[2][32];
     int const perGroup = channels / groups;
     int const cols = perGroup * spatial; // <= 1024 * K: the launcher checks
     int const nv = cols / VEC;
@@ -138,8 +57,7 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
     int const mine = tid < nv ? (nv - tid + step - 1) / step : 0;
     // A pack's elements share one channel when rows of a channel are whole packs.
     bool const packChannel = VEC == 1 || spatial % VEC == 0;
-    int parity = 0; // the buf rows alternate: one barrier per row
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x, parity ^= 1)
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
         P const* xr = reinterpret_cast<P const*>(x + row * cols);
         P* yr = reinterpret_cast<P*>(y + row * cols);
@@ -155,8 +73,10 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                 cache[i] = xr[tid + i * step];
             }
         }
-        Moments const m = blockMoments(cachedMoments(cache, mine), buf[parity]);
-        RowStats const s{m.mean, 0.F, rsqrtf(m.m2 / static_cast<float>(cols) + eps)};
+        float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
+        // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
+        RowStats const s = cachedStats<T, VEC, N, false>(
+            cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return blockSum(v, buf[k]); });
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
@@ -189,6 +109,7 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                 yr[idx] = out;
             }
         }
+        __syncthreads(); // buf is rewritten by the next row
     }
 }
 
@@ -248,10 +169,12 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // 1024 threads, else the loop path.  Small CTAs matter more than few packs: several CTAs share
 // an SM, so one CTA's loads overlap another's reductions and stores.  Measured on the H100
 // (bench/results/kernels_groupnorm_sweep.json, x >= 64 MB): 640-1024-thread CTAs, one or two per
-// SM, reach 0.72-0.89 of the same-bytes copy, 224-512-thread ones 0.88-0.96.
+// SM, reach 0.65-0.91 of the same-bytes copy, 128-512-thread ones 0.84-0.96.  (One block-wide
+// merge of (count, mean, M2) instead of the two sums, one barrier a row instead of three, was
+// 1-10% slower there: its merges cost more than the barriers.)
 // Register budget: __launch_bounds__(1024, 1) gives a thread 64 registers; ptxas -v (CUDA 13.0,
-// sm_80 and sm_90) shows 4-12 bytes of spills at 8-10 packs (fp32 K = 40, fp16 K = 64 and 80: up
-// to 40 registers of cache), none below; scalar packs spill from K = 32 (each element's own
+// sm_80 and sm_90) shows 8-40 bytes of spills at 10 packs (fp32 K = 40, fp16 K = 80: 40
+// registers of cache), none below; scalar packs spill from K = 32 (each element's own
 // address and channel), hence K <= 24 there.  fp16 K = 80 holds the largest SD-UNet group (320
 // channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
 // per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would spill), as
