@@ -13,8 +13,8 @@ FLOAT, FLOAT16, DOUBLE, BFLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16, Tenso
 NP = {FLOAT: np.float32, FLOAT16: np.float16, DOUBLE: np.float64}
 
 # The passes target "plugin" ran by default until its plugins measured slower in whole TensorRT
-# engines (fusion/passes/defaults.py): with none named it now fuses nothing.  Tests of what these
-# rules do name them; tests/test_defaults.py tests the defaults themselves.
+# engines (fusion/passes/defaults.py): with none named it now fuses GroupNorm only.  Tests of what
+# these rules do name them; tests/test_defaults.py tests the defaults themselves.
 NORM_FC_PASSES = ("layernorm", "rmsnorm", "gemm")
 NORM_FC_CLI = ("--passes", ",".join(NORM_FC_PASSES))  # the same, on the command line
 

@@ -293,15 +293,18 @@ def test_deploy_without_passes_says_the_plugin_target_fuses_nothing_and_deploys_
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     said = [line for line in captured.err.splitlines() if "fused by default" in line]
-    assert len(said) == 1 and said[0].startswith("[") and "nothing is fused by default on target plugin" in said[0]
+    assert len(said) == 1 and said[0].startswith("[")
+    assert "nothing is fused by default on target plugin for this model" in said[0]
     assert "name --passes or use --tune" in said[0]
     summary = json.loads(captured.out)
     assert summary["passed"] is True and summary["fusions"] == {} and summary["near_misses"] == 1
     unfused = [n.op_type for n in onnx.load(str(out / "m.fused.onnx")).graph.node]
     assert unfused == [n.op_type for n in onnx.load(str(model)).graph.node]
     assert "off by default for target plugin" in (out / "m.report.html").read_text()
-    # target trt fuses RMSNorm by default: no such line
+    # target trt leaves LayerNorm out too: the same line; with the pass named, none
     rc = cli.main(["deploy", str(model), "-o", str(tmp_path / "trt"), "--target", "trt", "--profile", *PROFILE])
+    assert rc == 0 and "nothing is fused by default on target trt for this model" in capsys.readouterr().err
+    rc = cli.main(["deploy", str(model), "-o", str(tmp_path / "named"), "--passes", "layernorm", "--profile", *PROFILE])
     assert rc == 0 and "fused by default" not in capsys.readouterr().err
 
 
