@@ -2,7 +2,7 @@
 
 Each kernel is compared with the device-to-device copy and torch's unfused equivalent.
 
-    python bench/bench_skip_group.py [--out DIR] [--quick] [--min-mb 64]
+    python bench/bench_skip_group.py [--out DIR] [--quick] [--min-mb 64] [--sweep]
 
 Skip LayerNorm / RMSNorm (x + skip + bias, then the norm; with and without the sum written
 out) on BERT-like rows x 768 / 1024 and a 4096-wide case, rows chosen so that each x is
@@ -18,6 +18,10 @@ out and the sum where it is written (GroupNorm: x and y); the per-channel parame
 left out.  Each row reports the bandwidth against the 1 GiB copy peak (`copy_gbps`) and
 against a copy moving the same bytes (`copy_same_bytes_gbps`, the stricter one and the
 goal's judge, as kernels_summary.json's `copy_ratio_big`).
+
+``--sweep`` times every register-path K of each GroupNorm point instead (each with the fewest
+threads that hold the group; the policy's pick marked) and writes DIR/kernels_groupnorm_sweep.json:
+the A/B behind the launch policy's CTA-size target.
 
 Goals (issue 12): >= 0.9 of the copy bandwidth on tensors >= 64 MiB, and never slower than
 torch.  Writes DIR/kernels_skip_group.json (default bench/results/): meta, rows, summary.
