@@ -127,7 +127,10 @@ def reshape_keeping_zeros(op: Callable[..., str], ints: Callable[[list[int]], st
     extra = op("Sub", op("ReduceProd", safe, keepdims=1), op("ReduceProd", shape, keepdims=1))
     flat = op("Flatten", y, axis=0)  # [1, size]
     first = op("Slice", flat, ints([0]), ints([1]), ints([1]))
-    filler = op("Expand", op("ReduceSum", first, keepdims=1), op("Concat", ints([1]), extra, axis=0))
+    # Expanded to 1 + extra and the first dropped: onnxruntime's ExpandElimination takes an Expand
+    # of [1, 1] to [1, 0] for a no-op (it kept the element, and the Reshape failed).
+    wide = op("Expand", op("ReduceSum", first, keepdims=1), op("Concat", ints([1]), op("Add", extra, ints([1])), axis=0))
+    filler = op("Slice", wide, ints([1]), ints([2**63 - 1]), ints([1]))
     full = op("Reshape", op("Concat", flat, filler, axis=1), safe)
     return op("Slice", full, zeros, shape)
 
