@@ -124,13 +124,14 @@ def reshape_keeping_zeros(op: Callable[..., str], ints: Callable[[list[int]], st
         safe = op("Max", shape, ints([1]))
     else:
         safe = op("Where", op("Equal", shape, zeros), ints([1]), shape)
-    extra = op("Sub", op("ReduceProd", safe, keepdims=1), op("ReduceProd", shape, keepdims=1))
+    padded = op("ReduceProd", safe, keepdims=1)
     flat = op("Flatten", y, axis=0)  # [1, size]
     first = op("Slice", flat, ints([0]), ints([1]), ints([1]))
-    # Expanded to 1 + extra and the first dropped: onnxruntime's ExpandElimination takes an Expand
-    # of [1, 1] to [1, 0] for a no-op (it kept the element, and the Reshape failed).
-    wide = op("Expand", op("ReduceSum", first, keepdims=1), op("Concat", ints([1]), op("Add", extra, ints([1])), axis=0))
-    filler = op("Slice", wide, ints([1]), ints([2**63 - 1]), ints([1]))
+    # The pad: prod(safe) elements, less the first size.  (Not an Expand to [1, prod(safe) - size]:
+    # onnxruntime's ExpandElimination takes an Expand of [1, 1] to [1, 0] for a no-op, keeps the
+    # element, and the Reshape fails.)
+    wide = op("Expand", op("ReduceSum", first, keepdims=1), op("Concat", ints([1]), padded, axis=0))
+    filler = op("Slice", wide, op("ReduceProd", shape, keepdims=1), ints([2**63 - 1]), ints([1]))
     full = op("Reshape", op("Concat", flat, filler, axis=1), safe)
     return op("Slice", full, zeros, shape)
 
