@@ -3,15 +3,18 @@ defects 5-8): compute types, zero-size dims, function-name clashes, bodiless cus
 validation on the in-place entry points, and inputs that are not topologically sorted.
 
 Every numeric check runs the original and the fused model on onnxruntime with graph
-optimizations off."""
+optimizations off, except the section that runs the fused models at every level."""
 
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -19,7 +22,9 @@ import fusion
 from fusion.rewrite import functions, specs
 from fusion.passes import driver as passes
 
+from . import skip_models
 from .builders import DOUBLE, FLOAT, FLOAT16, NORM_FC_PASSES, NP, G, count, reduce_mean, run
+from .groupnorm_models import GN, build as gn_build
 from .norm_models import FP16_LLAMA, FP16_TORCH, LAYER, RMS, build, feeds
 
 
@@ -152,10 +157,10 @@ def test_norm_trt_target_keeps_zero_size_dims(opset):
     _same_outputs(model, fused, feeds(form, batch=(2, 3, 5)), rtol=1e-4, atol=1e-4)
 
 
-def _fc_model(opset: int, rank: int = 3, k: int = 16, n: int = 24, t: int = FLOAT) -> onnx.ModelProto:
+def _fc_model(opset: int, rank: int = 3, k: int = 16, n: int = 24, t: int = FLOAT, lead: tuple | None = None) -> onnx.ModelProto:
     rng = np.random.default_rng(1)
     g = G(opset=opset)
-    lead = ["A", "B", "S"][-(rank - 1):]
+    lead = list(lead) if lead is not None else ["A", "B", "S"][-(rank - 1):]
     x = g.input("x", t, [*lead, k])
     w = g.const((rng.standard_normal((k, n)) / math.sqrt(k)).astype(NP[t]))
     y = g.op("Add", g.op("MatMul", x, w), g.const(rng.standard_normal(n).astype(NP[t])))
@@ -188,6 +193,138 @@ def test_zero_size_weight_is_refused_where_the_emitter_reshapes():
     for target in ("trt", "onnx"):
         result = fusion.run(model, ["gemm"], target=target)
         assert not result.fusions and any("zero-size dim" in r for r in _reasons(result)), _reasons(result)
+
+
+# -- onnxruntime's own graph optimizations keep what the fused model computes -------------------
+#
+# Below opset 14 the bodies (and some emitted graphs) reshape through
+# functions.reshape_keeping_zeros.  With a static input onnxruntime folds its shapes to
+# constants, and at ORT_ENABLE_BASIC and up its rewrite rules then run on the result: the
+# ExpandElimination rule dropped the padding Expand (target [1, 0]), so every fused op below
+# failed there ("Input shape:{1,385}, requested shape:{2,3,64}") on onnxruntime's default
+# session.  Each fused model runs at every level against the original.
+
+ORT_LEVELS = {
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+RUN_DIMS = {"A": 2, "B": 2, "S": 3, "N": 2}
+
+
+def _run_at(model: onnx.ModelProto, feed: dict, level: str) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ORT_LEVELS[level]
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return sess.run(None, feed)
+    except Exception as e:  # onnxruntime's reason, and the level it failed at
+        raise AssertionError(f"graph optimizations {level}: {e}") from e
+
+
+@dataclass(frozen=True)
+class _Fused:
+    """One fused op whose body or emitted graph reshapes through reshape_keeping_zeros."""
+
+    build: Callable[[int, tuple], onnx.ModelProto]  # (opset, leading dims: names or sizes) -> model
+    lead: tuple  # the model's leading (batch-like) dims
+    passes: tuple[str, ...]
+    target: str
+    op_type: str  # the node the fused model has
+    opsets: tuple[int, ...] = (11, 12, 13)  # 11: the helper's Where branch; 12, 13: Max
+    dynamic: bool = True  # the target fuses a model with symbolic dims
+    tol: float = 1e-4
+    empty_runs: bool = True  # the original runs an empty batch (GroupNorm's Reshape [N, G, -1] cannot)
+
+
+def _norm(form):
+    return lambda opset, lead: build(form.with_(opset=opset, shape=(*lead, 64)))
+
+
+def _skip(norm):
+    return lambda opset, lead: skip_models.build(skip_models.Skip(norm=norm.with_(opset=opset, shape=(*lead, 64))))
+
+
+def _gn(**kw):
+    return lambda opset, lead: gn_build(GN(form="reducemean", opset=opset, shape=(*lead, 16, 5, 6), **kw))
+
+
+def _fc(opset: int, lead: tuple) -> onnx.ModelProto:
+    return _fc_model(opset, lead=lead)
+
+
+BS = ("B", "S")
+FUSED_RESHAPING = {
+    "FusedLayerNorm": _Fused(_norm(LAYER), BS, ("layernorm",), "plugin", "FusedLayerNorm"),
+    "FusedLayerNorm_fp16": _Fused(_norm(FP16_TORCH), BS, ("layernorm",), "plugin", "FusedLayerNorm", tol=2e-2),
+    "FusedRMSNorm": _Fused(_norm(RMS), BS, ("rmsnorm",), "plugin", "FusedRMSNorm"),
+    "LayerNorm_trt": _Fused(_norm(LAYER), ("A", "B", "S"), ("layernorm",), "trt", "LayerNorm"),
+    "FusedSkipLayerNorm": _Fused(_skip(LAYER), BS, ("skipnorm",), "plugin", "FusedSkipLayerNorm"),
+    "FusedSkipRMSNorm": _Fused(_skip(RMS), BS, ("skipnorm",), "plugin", "FusedSkipRMSNorm"),
+    "CustomSkipLayerNormPluginDynamic": _Fused(_skip(LAYER.with_(eps=0.0)), BS, ("skipnorm",), "trt",
+                                               "CustomSkipLayerNormPluginDynamic"),  # fmt: skip
+    "FusedGroupNorm": _Fused(_gn(silu="xs"), ("N",), ("groupnorm",), "plugin", "FusedGroupNorm", empty_runs=False),
+    "FusedGroupNorm_fp16": _Fused(_gn(dtype=FLOAT16), ("N",), ("groupnorm",), "plugin", "FusedGroupNorm", tol=2e-2,
+                                  empty_runs=False),  # fmt: skip
+    "GroupNormalizationPlugin": _Fused(_gn(), ("N",), ("groupnorm",), "trt", "GroupNormalizationPlugin", dynamic=False,
+                                       empty_runs=False),  # fmt: skip
+    # Emitted graphs (no body): the onnx target's [N, G, K] view and the FC targets' output reshape.
+    "GroupNorm_onnx": _Fused(_gn(), ("N",), ("groupnorm",), "onnx", "InstanceNormalization", opsets=(10, 11, 12, 13),
+                             empty_runs=False),  # fmt: skip
+    "FC_trt": _Fused(_fc, BS, ("gemm",), "trt", "CustomFCPluginDynamic"),
+    "FC_onnx": _Fused(_fc, BS, ("gemm",), "onnx", "Gemm", opsets=(10, 11, 12, 13)),
+}
+SHAPES = ["dynamic", "static", "static_empty"]
+
+
+def _feed(model: onnx.ModelProto, dims: dict, seed: int = 0) -> dict:
+    """Random values for every graph input, symbolic dims sized by ``dims``."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for vi in model.graph.input:
+        tt = vi.type.tensor_type
+        shape = [dims[d.dim_param] if d.dim_param else d.dim_value for d in tt.shape.dim]
+        out[vi.name] = (rng.standard_normal(shape) * 2 + 1).astype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    return out
+
+
+@pytest.mark.parametrize("shapes", SHAPES)
+@pytest.mark.parametrize("name,opset", [(n, o) for n, c in FUSED_RESHAPING.items() for o in c.opsets], ids=str)
+def test_fused_model_matches_at_every_onnxruntime_optimization_level(name, opset, shapes):
+    case = FUSED_RESHAPING[name]
+    if shapes == "dynamic" and not case.dynamic:
+        pytest.skip(f"target {case.target} fuses static shapes only")
+    if shapes == "static_empty" and not case.empty_runs:
+        pytest.skip("the original model cannot take an empty batch (the dynamic case checks the fused one's shape)")
+    dims = dict(RUN_DIMS)
+    if shapes == "static_empty":
+        dims[case.lead[0]] = 0
+    lead = case.lead if shapes == "dynamic" else tuple(dims[d] for d in case.lead)
+    model = case.build(opset, lead)
+    result = fusion.run(model, list(case.passes), target=case.target)
+    assert sum(result.counts().values()) == 1 and count(result.model, case.op_type) == 1, _reasons(result)
+    feed = _feed(model, dims)
+    want = run(model, feed)
+    for level in ORT_LEVELS:
+        got = _run_at(result.model, feed, level)
+        for w, g in zip(want, got):
+            assert g.shape == w.shape and g.dtype == w.dtype, (level, g.shape, w.shape)
+            w64, g64 = w.astype(np.float64), g.astype(np.float64)
+            assert np.abs(w64 - g64).max(initial=0.0) <= case.tol * max(1.0, float(np.abs(w64).max(initial=0.0))), level
+    if shapes != "dynamic":
+        return
+    # The empty batch the helper exists for: a Reshape reading 0 as "copy" would not keep it.
+    empty = {**dims, case.lead[0]: 0}
+    feed = _feed(model, empty)
+    want = run(model, feed) if case.empty_runs else None
+    for level in ORT_LEVELS:
+        got = _run_at(result.model, feed, level)
+        for i, g in enumerate(got):
+            if want is not None:
+                assert g.shape == want[i].shape and g.dtype == want[i].dtype, (level, g.shape, want[i].shape)
+            else:
+                declared = result.model.graph.output[i].type.tensor_type.shape.dim
+                assert list(g.shape) == [empty[d.dim_param] if d.dim_param else d.dim_value for d in declared], level
 
 
 # -- defect 7: a function of the same name already in the model --------------------------------

@@ -644,9 +644,8 @@ def test_trt_engines_e2e_table_and_new_models():
 
 
 def _gn_feed_outputs(model, feed):
-    """onnxruntime without graph optimizations, as bench/trt_engines.py's reference (with them,
-    onnxruntime 1.32's ExpandElimination drops the GroupNorm bodies' zero-size pad (Body.reshape)
-    on a static input, and the Reshape after it fails)."""
+    """onnxruntime without graph optimizations, as bench/trt_engines.py's reference (the fused
+    models also run with them: tests/test_emit_soundness.py checks every level)."""
     from tests.builders import run
 
     return run(model, feed)[0]

@@ -33,6 +33,7 @@ from fusion.errors import EngineBuildError, VerifyError
 from fusion.trt.build import build_engine
 from fusion.trt.run import setup_verify, time_engine
 from fusion.compare.verify import _Model, verify
+from fusion.rewrite import functions
 
 F = TensorProto.FLOAT
 D = 768  # the shipped LayerNorm plugin is fp32-exact at this width (not at 32: ~2e-3)
@@ -143,6 +144,35 @@ def test_shape_tensor_input(tmp_path):
     assert [i.name for i in built.inputs if i.shape_tensor] == ["shape"]
     rep = verify(path, path, backend="trt", engine=built)
     assert rep.passed and [s["x"] for s in rep.shapes] == [[2, 8], [4, 8], [8, 8]]
+
+
+@pytest.mark.parametrize("opset", [11, 13])  # 11: the zeros found by Where; 13: by Max
+@pytest.mark.parametrize("dims", [["batch", "seq", 8], [2, 8, 8]], ids=["dynamic", "static"])
+def test_reshape_keeping_zeros_builds_and_gives_back_its_input(tmp_path, opset, dims):
+    """The opset < 14 reshape of the function bodies (an Expand + Slice pad, Concat, Reshape, Slice; what
+    TensorRT imports for a custom node with no plugin registered) parses, builds, and is exact."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"])]
+
+    def op(op_type: str, *inputs: str, **attrs) -> str:
+        out = f"t{len(nodes)}"
+        nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+    def ints(values: list[int]) -> str:
+        return op("Constant", value=helper.make_tensor("c", TensorProto.INT64, [len(values)], values))
+
+    y = functions.reshape_keeping_zeros(op, ints, op("Flatten", "r", axis=0), op("Shape", "x"), opset)
+    nodes.append(helper.make_node("Identity", [y], ["y"]))
+    io = [helper.make_tensor_value_info(n, F, dims) for n in ("x", "y")]
+    paths = []
+    for name, graph_nodes in (("relu", [helper.make_node("Relu", ["x"], ["y"])]), ("reshaped", nodes)):
+        m = helper.make_model(helper.make_graph(graph_nodes, name, io[:1], io[1:]),
+                              opset_imports=[helper.make_opsetid("", opset)], ir_version=8)  # fmt: skip
+        onnx.checker.check_model(m, full_check=True)
+        paths.append(tmp_path / f"{name}.onnx")
+        onnx.save(m, paths[-1])
+    rep = verify(paths[0], paths[1], backend="trt", tactic_sources=NO_TACTICS, latency=False, atol=0.0, rtol=0.0)
+    assert rep.passed, rep.table()
 
 
 def test_cli_build(tmp_path, capsys):
