@@ -163,7 +163,7 @@ def deploy(
 
             fusion_result = fuse_file(src, fused_path, passes, target=target, functions=functions, validate=validate,
                                       assume_constant_initializers=freeze_initializers)  # fmt: skip
-            left_out = any(m.reason.startswith("off by default") for m in fusion_result.near_misses)
+            left_out = any(m.would_fuse for m in fusion_result.near_misses)  # only the target's defaults stopped it
             if passes is None and not fusion_result.counts() and left_out:  # (the report's near-misses say why)
                 say(f"nothing is fused by default on target {target} for this model (its plugins for what it "
                     "has made measured engines slower): name --passes or use --tune; deploying the model unfused")  # fmt: skip
