@@ -19,9 +19,9 @@ left out.  Each row reports the bandwidth against the 1 GiB copy peak (`copy_gbp
 against a copy moving the same bytes (`copy_same_bytes_gbps`, the stricter one and the
 goal's judge, as kernels_summary.json's `copy_ratio_big`).
 
-``--sweep`` times every register-path launch of each GroupNorm point instead (each cluster
-size the device runs and each K, with the fewest threads that hold the group; the policy's pick
-marked) and writes DIR/kernels_groupnorm_sweep.json: the A/B behind the launch policy.
+``--sweep`` times every register-path K of each GroupNorm point instead (each with the fewest
+threads that hold the group; the policy's pick marked) and writes DIR/kernels_groupnorm_sweep.json:
+the A/B behind the launch policy's CTA-size target.
 
 Goals (issue 12): >= 0.9 of the copy bandwidth on tensors >= 64 MiB, and never slower than
 torch.  Writes DIR/kernels_skip_group.json (default bench/results/): meta, rows, summary.
@@ -50,8 +50,8 @@ sys.path.insert(0, str(REPO))
 from bench.bench_kernels import (  # noqa: E402
     BIG_TENSOR, EPS, GOALS, commit_info, measure_copy_peak, rotations, time_launches)  # fmt: skip
 from fusion.plugins.library import (  # noqa: E402
-    device_has_clusters, groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm,
-    load_kernel_module)  # fmt: skip
+    _VEC_MAX, GROUPNORM_DTYPES, GROUPNORM_THREADS, groupnorm_blocks, groupnorm_launch_config, launch_groupnorm,
+    launch_skip_norm, load_kernel_module)  # fmt: skip
 
 LOG = logging.getLogger("bench_skip_group")
 
@@ -381,11 +381,16 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
     return row
 
 
-def sweep_configs(case: GroupCase, cluster_ok: bool) -> list[tuple[str, int, int]]:
-    """Every register-path launch of the vector packs that holds the case's group (each cluster
-    size and K, with the fewest threads that cover it): the A/B behind the launch policy."""
-    return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial,
-                                cluster_ok)  # fmt: skip
+def sweep_configs(case: GroupCase) -> list[tuple[str, int, int]]:
+    """Every register-path launch of the vector packs that holds the case's group: each K with
+    the fewest threads (<= 1024) that cover it.  The A/B behind the policy's CTA-size target."""
+    vec = _VEC_MAX[case.dtype]
+    cols = case.channels // case.groups * case.spatial
+    if cols % vec:
+        return []
+    tag = GROUPNORM_DTYPES[case.dtype]
+    return [(f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", case.n * case.groups, block)
+            for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
 
 
 def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dict[str, Any]]:
@@ -394,11 +399,10 @@ def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dic
     bufs = _group_buffers(case, torch)
     xs, ys = bufs[0], bufs[1]
     want = _group_reference(case, bufs)(0)
-    clusters = device_has_clusters()
-    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial, True, clusters)
+    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial)
     copy_ms = copy_same_bytes_ms(case.moved_bytes, torch)
     rows = []
-    for config in sweep_configs(case, clusters):
+    for config in sweep_configs(case):
         names: list[str] = []
         ours = _group_launcher(case, module, cupy, torch, bufs, names, config)
         ours(0)

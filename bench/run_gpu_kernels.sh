@@ -78,9 +78,9 @@ PY
 # FUSION_SKIP_KERNEL_BENCH=1: leave out the norm/FC benchmark (kernels.json, ~3 minutes).
 [ "${FUSION_SKIP_KERNEL_BENCH:-0}" = 1 ] ||
     stage bench 240 "$PY" bench/bench_kernels.py --out "$OUT" --lib "$LIB" --harness "$LIBDIR/fusion_harness"
-# FUSION_GROUPNORM_SWEEP=1: every register-path launch (cluster size, K) of the GroupNorm points (the launch policy's A/B).
+# FUSION_GROUPNORM_SWEEP=1: every register-path K of the GroupNorm points (the launch policy's A/B).
 [ "${FUSION_GROUPNORM_SWEEP:-0}" = 1 ] &&
-    stage groupnorm_sweep 300 "$PY" bench/bench_skip_group.py --out "$OUT" --sweep
+    stage groupnorm_sweep 180 "$PY" bench/bench_skip_group.py --out "$OUT" --sweep
 # Skip LayerNorm / RMSNorm and GroupNorm against the copy and torch (~1-2 minutes).
 stage bench_skip_group 180 "$PY" bench/bench_skip_group.py --out "$OUT"
 log "done, status $STATUS"

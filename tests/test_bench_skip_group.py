@@ -220,7 +220,6 @@ def on_cpu(monkeypatch):
     monkeypatch.setattr(bsg, "_torch_stream", lambda c, t: contextlib.nullcontext())
     monkeypatch.setattr(bsg, "launch_skip_norm", fake_skip_norm)
     monkeypatch.setattr(bsg, "launch_groupnorm", fake_groupnorm)
-    monkeypatch.setattr(bsg, "device_has_clusters", lambda: True)  # an H100: the sweep has cluster rows
     monkeypatch.setitem(bsg.GROUP_GRID, "batch", 1)
     torch.manual_seed(0)
     return types.SimpleNamespace(calls=calls, compiled=compiled)
@@ -285,28 +284,20 @@ def test_the_sweep_times_every_k_that_holds_the_group(on_cpu, tmp_path):
     data = json.loads((tmp_path / bsg.SWEEP_NAME).read_text())
     rows = data["rows"]
     assert data["summary"] == {"failed": [], "diff_failures": []}
-    # 320 channels / 32 groups x 64 x 64 = 40960 per group: one fp32 CTA holds it only at K = 40
-    # (1024 threads), fp16 at K = 48 ... 80; clusters of 2 and 4 CTAs need fewer threads each.
+    # 320 channels / 32 groups x 64 x 64 = 40960 per group: fp32 holds it only at K = 40
+    # (1024 threads), fp16 at K = 48 ... 80.
     by_label: dict = {}
     for r in rows:
         by_label.setdefault(r["label"], []).append((r["kernel"], r["block"], r["policy"]))
-    assert by_label["groupnorm float32 1x320x64x64 g32"] == [
-        ("fusion_groupnorm_reg_f32_v4_k40", 1024, False), ("fusion_groupnorm_reg_f32_v4_k32_c2", 640, False),
-        ("fusion_groupnorm_reg_f32_v4_k40_c2", 512, False), ("fusion_groupnorm_reg_f32_v4_k32_c4", 320, False),
-        ("fusion_groupnorm_reg_f32_v4_k40_c4", 256, True)]  # fmt: skip
+    assert by_label["groupnorm float32 1x320x64x64 g32"] == [("fusion_groupnorm_reg_f32_v4_k40", 1024, True)]
     assert by_label["groupnorm+silu float16 1x320x64x64 g32"] == [
         ("fusion_groupnorm_reg_f16_v8_k48", 864, False), ("fusion_groupnorm_reg_f16_v8_k64", 640, False),
-        ("fusion_groupnorm_reg_f16_v8_k80", 512, False), ("fusion_groupnorm_reg_f16_v8_k64_c2", 320, False),
-        ("fusion_groupnorm_reg_f16_v8_k80_c2", 256, True), ("fusion_groupnorm_reg_f16_v8_k64_c4", 160, False),
-        ("fusion_groupnorm_reg_f16_v8_k80_c4", 128, False)]  # fmt: skip
+        ("fusion_groupnorm_reg_f16_v8_k80", 512, True)]  # fmt: skip
     assert all(r["vs_copy_same_bytes"] == pytest.approx(0.9) and r["max_abs_diff_vs_torch"] < 0.01 for r in rows)
-    assert on_cpu.calls.count("ours") == len(rows) == 2 * (5 + 7)
+    assert on_cpu.calls.count("ours") == len(rows) == 8
 
 
 def test_the_sweep_skips_groups_the_vector_packs_cannot_hold():
-    assert bsg.sweep_configs(bsg.GroupCase("float32", 1, 30, 7, 1, 5, False), True) == []  # cols 42: scalar only
-    small = bsg.GroupCase("float16", 2, 64, 8, 8, 32, False)
-    assert [c[0][-3:] for c in bsg.sweep_configs(small, False)] == ["_k8", "k16", "k32", "k48", "k64", "k80"]
-    # (clusters: each CTA holds half or a quarter of the 128 elements; grids count CTAs)
-    assert bsg.sweep_configs(small, True)[-2:] == [("fusion_groupnorm_reg_f16_v8_k64_c4", 256, 32),
-                                                   ("fusion_groupnorm_reg_f16_v8_k80_c4", 256, 32)]  # fmt: skip
+    assert bsg.sweep_configs(bsg.GroupCase("float32", 1, 30, 7, 1, 5, False)) == []  # cols 42: scalar only
+    assert [c[0][-3:] for c in bsg.sweep_configs(bsg.GroupCase("float16", 2, 64, 8, 8, 32, False))] == [
+        "_k8", "k16", "k32", "k48", "k64", "k80"]  # fmt: skip

@@ -209,10 +209,8 @@ def test_python_groupnorm_policy_matches_library(built):
         for rows in (1, 64, 4096):
             for cols in GN_COLS:
                 for vec in (True, False):
-                    for clusters in (False, True):
-                        want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec, clusters)
-                        got = pl.groupnorm_plan(dtype, rows, cols, vec, clusters)
-                        assert got == want, (dtype, rows, cols, vec, clusters)
+                    want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec)
+                    assert pl.groupnorm_plan(dtype, rows, cols, vec) == want, (dtype, rows, cols, vec)
 
 
 @needs_nvcc
@@ -244,16 +242,6 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 1, 4, 1, 10241) == ("fusion_groupnorm_loop_f32", 1, 1024)  # 40964 > 1024 x 40
     assert cfg("float16", 1, 1, 1, 81928)[0] == "fusion_groupnorm_loop_f16"  # > 1024 x 80
     assert cfg("float16", 1, 1, 1, 81920) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
-    # sm_90+: groups too big for a 256-thread CTA spread over clusters of 2 or 4 CTAs (the grid
-    # counts CTAs); larger ones take the smallest cluster that holds them in 1024 threads.
-    assert cfg("float32", 16, 320, 32, 64 * 64, cluster_ok=True) == ("fusion_groupnorm_reg_f32_v4_k40_c4", 2048, 256)
-    assert cfg("float32", 8, 640, 32, 32 * 32, cluster_ok=True) == ("fusion_groupnorm_reg_f32_v4_k40_c2", 512, 256)
-    assert cfg("float32", 8, 1280, 32, 16 * 16, cluster_ok=True) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 256)
-    assert cfg("float16", 16, 320, 32, 64 * 64, cluster_ok=True) == ("fusion_groupnorm_reg_f16_v8_k80_c2", 1024, 256)
-    assert cfg("float32", 1, 4, 1, 10241, cluster_ok=True) == ("fusion_groupnorm_reg_f32_v4_k40_c2", 2, 544)
-    assert cfg("float16", 1, 32, 1, 96 * 96, cluster_ok=True) == ("fusion_groupnorm_reg_f16_v8_k80_c4", 4, 928)
-    assert cfg("float32", 1, 32, 1, 96 * 96, cluster_ok=True)[0] == "fusion_groupnorm_loop_f32"  # > 4 x 1024 x 40
-    assert cfg("float32", 16, 320, 32, 64 * 64, vec_ok=False, cluster_ok=True)[0] == "fusion_groupnorm_loop_f32"
     with pytest.raises(ValueError, match="no groupnorm launch"):
         cfg("float32", 1, 30, 4, 7)  # 4 groups do not divide 30 channels
     with pytest.raises(ValueError, match="no groupnorm launch for bfloat16"):
@@ -273,18 +261,14 @@ def _groupnorm_instantiations() -> set[str]:
     for lists, tn in re.findall(r"(FUSION_GROUPNORM_FOR_K_\w+)\(XK, (\w+), \w+\)", kernels):
         for vec, k in re.findall(r"X\(TN, T, (\d+), (\d+)\)", body(lists)):
             names.add(f"fusion_groupnorm_reg_{tn}_v{vec}_k{k}")
-    sizes = re.findall(r"X\(TN, T, VEC, (K[AB]), (\d+)\)", body("FUSION_GROUPNORM_FOR_CLUSTERS"))
-    for tn, vec, ka, kb in re.findall(r"FUSION_GROUPNORM_FOR_CLUSTERS\(XC, (\w+), \w+, (\d+), (\d+), (\d+)\)",
-                                      kernels):  # fmt: skip
-        names |= {f"fusion_groupnorm_reg_{tn}_v{vec}_k{ka if k == 'KA' else kb}_c{cl}" for k, cl in sizes}
     return names | {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
 
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (6 + 3 + 4 + 1), sorted(names)
-    picked = {pl.groupnorm_plan(dtype, 1, cols, vec, clusters)[0] for dtype in pl.GROUPNORM_DTYPES
-              for cols in GN_COLS for vec in (True, False) for clusters in (False, True)}  # fmt: skip
+    assert len(names) == 2 * (6 + 3 + 1), sorted(names)
+    picked = {pl.groupnorm_plan(dtype, 1, cols, vec)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
+              for vec in (True, False)}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists
     assert names <= picked, sorted(names - picked)  # and every instantiation is reachable
 
@@ -293,7 +277,7 @@ def test_groupnorm_gpu_cases_reach_every_kernel():
     """tests/gpu/test_groupnorm_kernel.py's cases (run on the GPU) cover each instantiation."""
     from tests.gpu.test_groupnorm_kernel import CASES, TOL, planned
 
-    reached = {planned(dtype, case, clusters) for dtype in TOL for case in CASES for clusters in (False, True)}
+    reached = {planned(dtype, case) for dtype in TOL for case in CASES}
     assert reached == _groupnorm_instantiations(), sorted(_groupnorm_instantiations() ^ reached)
 
 
@@ -344,13 +328,10 @@ def _nvrtc():
     return ctypes.CDLL(str(lib))
 
 
-@pytest.mark.parametrize("name, extra", [("layernorm", ()), ("rmsnorm", ()), ("fc", ()), ("groupnorm", ()),
-                                         ("groupnorm", ("-DFUSION_GROUPNORM_STATIC_CLUSTERS",))])  # fmt: skip
-def test_kernel_sources_compile_with_nvrtc(name, extra):
-    """As cupy.RawModule compiles them (load_kernel_module: on sm_90+ the GroupNorm clusters
-    carry their size)."""
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "fc", "groupnorm"])
+def test_kernel_sources_compile_with_nvrtc(name):
     nvrtc = _nvrtc()
-    options = [*pl.kernel_compile_options(), *extra, "-arch=compute_90"]
+    options = [*pl.kernel_compile_options(), "-arch=compute_90"]
     if not any(o.startswith("-I") and Path(o[2:], "cuda_bf16.h").is_file() for o in options):
         pytest.skip("CUDA headers not found")
     prog = ctypes.c_void_p()

@@ -822,20 +822,11 @@ def kernel_code(name: str) -> str:
     return f"// headers {h.hexdigest()[:16]}\n" + src.read_text()
 
 
-def device_has_clusters() -> bool:
-    """Whether CuPy's current device runs thread block clusters (sm_90+)."""
-    import cupy  # noqa: PLC0415 - optional dependency
-
-    return int(cupy.cuda.Device().compute_capability) >= 90
-
-
 def load_kernel_module(name: str) -> Any:
-    """``cupy.RawModule`` of one kernel file (``kernel_sources()`` keys); needs CuPy and a GPU.
-    On sm_90+ the GroupNorm cluster kernels carry their cluster size (CuPy launches without one)."""
+    """``cupy.RawModule`` of one kernel file (``kernel_sources()`` keys); needs CuPy and a GPU."""
     import cupy  # noqa: PLC0415 - optional dependency
 
-    static = ("-DFUSION_GROUPNORM_STATIC_CLUSTERS",) if device_has_clusters() else ()
-    return cupy.RawModule(code=kernel_code(name), options=kernel_compile_options() + static)
+    return cupy.RawModule(code=kernel_code(name), options=kernel_compile_options())
 
 
 def launch_norm(
@@ -912,70 +903,39 @@ GROUPNORM_THREADS = 1024
 GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
-# Cluster sizes (CTAs per group, sm_90+) and the K each has, per pack width (none for scalars).
-GROUPNORM_CLUSTERS = (2, 4)
-GROUPNORM_CLUSTER_KS = {4: (32, 40), 8: (64, 80), 1: ()}
 
 
-def groupnorm_kernel_name(dtype: str, vec: int, k: int, cluster: int = 1) -> str:
-    """The register-path kernel holding K elements per thread, in clusters of ``cluster`` CTAs."""
-    suffix = f"_c{cluster}" if cluster > 1 else ""
-    return f"fusion_groupnorm_reg_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}{suffix}"
-
-
-def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True,
-                   cluster_ok: bool = False) -> tuple[str, int, int]:  # fmt: skip
-    """(kernel name, grid in CTAs, block) for ``rows`` groups of ``cols`` elements (see
-    groupNormLaunch.cu): the smallest cluster (1 CTA, or 2 or 4 where ``cluster_ok``: sm_90+),
-    and in it the smallest K, whose CTA has at most 256 threads; else the smallest cluster that
-    holds the group in 1024 threads, with its largest K; else the loop path."""
+def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int]:
+    """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
+    the register path with the smallest K whose CTA has at most 256 threads, else the largest K
+    that fits 1024 threads, else the loop path."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
         raise ValueError(f"nothing to launch for rows={rows} cols={cols}")
-    vmax = _VEC_MAX[dtype]
+    tag, vmax = GROUPNORM_DTYPES[dtype], _VEC_MAX[dtype]
     vec = vmax if vec_ok and cols % vmax == 0 else 1
-    fallback = None
-    for cluster in (1, *GROUPNORM_CLUSTERS) if cluster_ok else (1,):
-        fits = [(k, block) for k, block in groupnorm_blocks(vec, cols, cluster) if block <= GROUPNORM_THREADS]
-        small = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), None)
-        if small or (fits and fallback is None):
-            k, block = small or fits[-1]
-            grid = min(rows, _INT_MAX // cluster) * cluster
-            fallback = (groupnorm_kernel_name(dtype, vec, k, cluster), grid, block)
-        if small:
-            break
-    return fallback or (f"fusion_groupnorm_loop_{GROUPNORM_DTYPES[dtype]}", min(rows, _INT_MAX), GROUPNORM_THREADS)
+    fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
+    if not fits:
+        return f"fusion_groupnorm_loop_{tag}", min(rows, _INT_MAX), GROUPNORM_THREADS
+    k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
+    return f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", min(rows, _INT_MAX), block
 
 
-def groupnorm_blocks(vec: int, cols: int, cluster: int = 1) -> list[tuple[int, int]]:
-    """(K, threads) for each register-path K of this pack width and cluster size: the CTA that
-    holds its 1 / cluster of a group of ``cols`` elements with K per thread (a multiple of 32,
-    maybe over 1024)."""
-    ks = GROUPNORM_KS[vec] if cluster == 1 else GROUPNORM_CLUSTER_KS[vec]
-    per_cta = _ceil_div(cols // vec, cluster)
-    return [(k, _ceil_div(_ceil_div(per_cta, k // vec), 32) * 32) for k in ks]
-
-
-def groupnorm_candidates(dtype: str, rows: int, cols: int, cluster_ok: bool = False) -> list[tuple[str, int, int]]:
-    """Every register-path launch (kernel name, grid, block) of the vector packs that holds
-    ``rows`` groups of ``cols`` elements in at most 1024 threads: each cluster size and K with the
-    fewest threads that cover a group (the policy picks one; the benchmark's sweep times all)."""
-    vec = _VEC_MAX[dtype]
-    if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
-        return []
-    return [(groupnorm_kernel_name(dtype, vec, k, cluster), min(rows, _INT_MAX // cluster) * cluster, block)
-            for cluster in ((1, *GROUPNORM_CLUSTERS) if cluster_ok else (1,))
-            for k, block in groupnorm_blocks(vec, cols, cluster) if block <= GROUPNORM_THREADS]  # fmt: skip
+def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
+    """(K, threads) for each register-path K of this pack width: the CTA that holds a group of
+    ``cols`` elements with K per thread (a multiple of 32, maybe over 1024)."""
+    nv = cols // vec
+    return [(k, _ceil_div(_ceil_div(nv, k // vec), 32) * 32) for k in GROUPNORM_KS[vec]]
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int,
-                            vec_ok: bool = True, cluster_ok: bool = False) -> tuple[str, int, int]:  # fmt: skip
+                            vec_ok: bool = True) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) the FusedGroupNorm plugin uses for x [n, channels, spatial]
-    (vec_ok: x and y 16-byte aligned; cluster_ok: an sm_90+ device)."""
+    (vec_ok: x and y 16-byte aligned)."""
     if dtype not in GROUPNORM_DTYPES or groups <= 0 or channels % groups:
         raise ValueError(f"no groupnorm launch for {dtype}, {channels} channels in {groups} groups")
-    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok, cluster_ok)
+    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok)
 
 
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
@@ -987,8 +947,7 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     import numpy as np  # noqa: PLC0415
 
     aligned = x % 16 == 0 and y % 16 == 0
-    clusters = device_has_clusters()
-    name, grid, block = config or groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned, clusters)
+    name, grid, block = config or groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
     module.get_function(name)((grid,), (block,), args)
@@ -996,18 +955,17 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
 
 
 def library_groupnorm_plan(
-    lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True, cluster_ok: bool = False
+    lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True
 ) -> tuple[str, int, int] | None:
     """The GroupNorm launch the built library would make (its exported ``fusion_groupnorm_plan``); no GPU needed."""
     fn = ctypes.CDLL(str(lib)).fusion_groupnorm_plan
     c = ctypes
-    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_int, c.c_char_p, c.c_int,
-                   c.POINTER(c.c_longlong), c.POINTER(c.c_int)]  # fmt: skip
+    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_char_p, c.c_int, c.POINTER(c.c_longlong),
+                   c.POINTER(c.c_int)]  # fmt: skip
     fn.restype = c.c_int
     name = c.create_string_buffer(64)
     grid, block = c.c_longlong(), c.c_int()
-    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), int(cluster_ok), name, 64, c.byref(grid),
-            c.byref(block))  # fmt: skip
+    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), name, 64, c.byref(grid), c.byref(block))
     return None if rc != 0 else (name.value.decode(), grid.value, block.value)
 
 

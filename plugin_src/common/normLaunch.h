@@ -25,9 +25,8 @@ struct NormPlan
 {
     void const* kernel; // null: nothing to launch (empty tensor) or no such kernel
     char name[64];
-    int64_t grid; // CTAs
+    int64_t grid;
     int32_t block;
-    int32_t cluster = 1; // CTAs per cluster (1: a plain launch)
 };
 
 // Kernel, grid and block for rows x cols.  vecOk: x, y, g, b are all 16-byte aligned.

@@ -12,22 +12,12 @@
 //   reg  - the group held in registers: each thread caches K elements as K / VEC packs of T
 //          (fp16 stays packed, two per register), so x is read once and y written once.
 //          VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
-//          (rows then start aligned), else 1.  cols <= 1024 * K, or with a cluster of CL
-//          CTAs per group (sm_90+; the CTAs add their sums through distributed shared
-//          memory) cols <= CL * 1024 * K: large groups in CTAs small enough to share an SM.
+//          (rows then start aligned), else 1.  cols <= 1024 * K.
 //   loop - any cols: three passes over the group (mean, squared deviations, normalize);
 //          passes 2 and 3 re-read it from L2.
 #pragma once
 
 #include "common/normKernels.cuh"
-
-// Device code for sm_90+ may use thread block clusters (the sm_90_rt.h intrinsics: NVRTC has
-// them without cooperative_groups' library headers).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FUSION_GROUPNORM_HAS_CLUSTERS 1
-#else
-#define FUSION_GROUPNORM_HAS_CLUSTERS 0
-#endif
 
 namespace fusion_kernels
 {
@@ -46,46 +36,8 @@ __device__ __forceinline__ float groupNormValue(float x, RowStats s, float a, fl
     return v;
 }
 
-// The sum of v over the CTA (CL == 1) or over the CL CTAs of its cluster (sm_90+): each CTA's
-// total goes to its own shared `slot`, and every thread adds the CL slots in rank order (the
-// same order everywhere, so the cluster's CTAs agree bit for bit).  Callers alternate two
-// bufs and two slots, so one barrier per sum suffices: a CTA writes a slot again only after
-// the next sum's barrier, which every peer reaches after reading it.
-template <int CL>
-__device__ __forceinline__ float groupSum(float v, float* buf, float* slot)
-{
-    float const mine = blockSum(v, buf);
-    if constexpr (CL == 1)
-    {
-        return mine;
-    }
-    else
-    {
-#if FUSION_GROUPNORM_HAS_CLUSTERS
-        if (threadIdx.x == 0)
-        {
-            *slot = mine;
-        }
-        __cluster_barrier_arrive(); // release: the slot is written
-        __cluster_barrier_wait();   // acquire: so are the peers'
-        float total = 0.F;
-#pragma unroll
-        for (int r = 0; r < CL; ++r)
-        {
-            total += *static_cast<float const*>(__cluster_map_shared_rank(slot, r));
-        }
-        return total;
-#else
-        __trap(); // the launcher only picks cluster kernels built for sm_90+
-        return mine;
-#endif
-    }
-}
-
-// The group of each row cached in registers, K elements (K / VEC packs) per thread, spread
-// over a cluster of CL CTAs (CL == 1: one CTA).  Rows go to clusters, grid-strided; CTA rank
-// r of a cluster holds packs r * step + tid + i * CL * step.
-template <typename T, int VEC, int K, int CL>
+// The group of each row cached in registers: K elements (K / VEC packs) per thread.
+template <typename T, int VEC, int K>
 __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
     int silu)
@@ -94,20 +46,18 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
     constexpr int N = K / VEC;
     using P = Pack<T, VEC>;
     __shared__ float buf[2][32];
-    __shared__ float slot[2];
     int const perGroup = channels / groups;
-    int const cols = perGroup * spatial; // <= CL * 1024 * K: the launcher checks
+    int const cols = perGroup * spatial; // <= 1024 * K: the launcher checks
     int const nv = cols / VEC;
+    int const tid = threadIdx.x;
     int const step = blockDim.x;
-    int const stride = CL * step; // packs between a thread's slots
-    int const first = static_cast<int>(blockIdx.x % CL) * step + threadIdx.x;
-    // Packs first, first + stride, ... below nv are this thread's: the first `mine` of its N
-    // slots.  (One bound instead of N index compares keeps the predicates out of the register budget.)
-    int const mine = first < nv ? (nv - first + stride - 1) / stride : 0;
     unsigned const uspatial = static_cast<unsigned>(spatial);
+    // Packs tid, tid + step, ... below nv are this thread's: the first `mine` of its N slots.
+    // (One bound instead of N index compares keeps the predicates out of the register budget.)
+    int const mine = tid < nv ? (nv - tid + step - 1) / step : 0;
     // A pack's elements share one channel when rows of a channel are whole packs.
     bool const packChannel = VEC == 1 || spatial % VEC == 0;
-    for (long long row = blockIdx.x / CL; row < rows; row += gridDim.x / CL)
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
         P const* xr = reinterpret_cast<P const*>(x + row * cols);
         P* yr = reinterpret_cast<P*>(y + row * cols);
@@ -120,24 +70,24 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
         {
             if (i < mine)
             {
-                cache[i] = xr[first + i * stride];
+                cache[i] = xr[tid + i * step];
             }
         }
         float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
         // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
-        RowStats const s = cachedStats<T, VEC, N, false>(cache, pivot, 0, 1, mine, cols, eps,
-            [&](float v, int k) { return groupSum<CL>(v, buf[k], &slot[k]); });
+        RowStats const s = cachedStats<T, VEC, N, false>(
+            cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return blockSum(v, buf[k]); });
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
-            int const idx = first + i * stride;
+            int const idx = tid + i * step;
             if (i < mine)
             {
-                unsigned const firstElem = static_cast<unsigned>(idx) * VEC;
+                unsigned const first = static_cast<unsigned>(idx) * VEC;
                 P out;
                 if (packChannel)
                 {
-                    unsigned const c = firstElem / uspatial;
+                    unsigned const c = first / uspatial;
                     float const a = s.scale * toFloat(gr[c]);
                     float const b = toFloat(br[c]);
 #pragma unroll
@@ -151,7 +101,7 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
 #pragma unroll
                     for (int e = 0; e < VEC; ++e)
                     {
-                        unsigned const c = (firstElem + e) / uspatial;
+                        unsigned const c = (first + e) / uspatial;
                         out.v[e] = fromFloat<T>(groupNormValue(
                             toFloat(cache[i].v[e]), s, s.scale * toFloat(gr[c]), toFloat(br[c]), silu));
                     }
@@ -159,14 +109,8 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                 yr[idx] = out;
             }
         }
+        __syncthreads(); // buf is rewritten by the next row
     }
-#if FUSION_GROUPNORM_HAS_CLUSTERS
-    if constexpr (CL > 1)
-    {
-        __cluster_barrier_arrive(); // peers may still read this CTA's slots: exit after them
-        __cluster_barrier_wait();
-    }
-#endif
 }
 
 // Groups too large for the register cache: reads each group three times (L2-resident).
@@ -213,29 +157,28 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // ---------------------------------------------------------------------------------------
 // extern "C" entry points, all with the signature
 //   (x, gamma, beta, y, rows = N * G, channels, groups, spatial, eps, silu):
-//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>        register path, K elements per thread
-//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>_c<CL>  the same over a cluster of CL CTAs (sm_90+)
-//   fusion_groupnorm_loop_<dtype>                   three-pass path, any cols
+//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>   register path, K elements per thread
+//   fusion_groupnorm_loop_<dtype>              three-pass path, any cols
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
 //
 // K, the elements a thread caches, is listed per pack width so that each list runs over the same
 // packs per thread (K / VEC = 1, 2, 4, 6, 8, 10): fp16 packs hold two elements per register, so
-// its K goes twice as far on the same registers.  Policy (groupNormLaunch.cu): the smallest
-// cluster, and in it the smallest K, whose CTA has at most FUSION_GROUPNORM_TARGET_THREADS
-// threads; else the smallest cluster that holds the group in 1024 threads, with its largest K;
-// else the loop path.  Small CTAs matter more than few packs: several CTAs share an SM, so one
-// CTA's loads overlap another's reductions and stores.  Measured on the H100
+// its K goes twice as far on the same registers.  Policy (groupNormLaunch.cu): the smallest K
+// whose CTA has at most FUSION_GROUPNORM_TARGET_THREADS threads, else the largest K that fits
+// 1024 threads, else the loop path.  Small CTAs matter more than few packs: several CTAs share
+// an SM, so one CTA's loads overlap another's reductions and stores.  Measured on the H100
 // (bench/results/kernels_groupnorm_sweep.json, x >= 64 MB): 640-1024-thread CTAs, one or two per
 // SM, reach 0.65-0.91 of the same-bytes copy, 128-512-thread ones 0.84-0.96.  (One block-wide
 // merge of (count, mean, M2) instead of the two sums, one barrier a row instead of three, was
-// 1-10% slower there: its merges cost more than the barriers.)  Clusters cost two cluster
-// barriers a row; they are instantiated for the largest K only (the groups too big otherwise).
+// 1-10% slower there: its merges cost more than the barriers.)
 // Register budget: __launch_bounds__(1024, 1) gives a thread 64 registers; ptxas -v (CUDA 13.0,
 // sm_80 and sm_90) shows 8-40 bytes of spills at 10 packs (fp32 K = 40, fp16 K = 80: 40
 // registers of cache), none below; scalar packs spill from K = 32 (each element's own
-// address and channel), hence K <= 24 there.  Up to 2 packs per thread ask for 2 CTAs per SM
-// (<= 32 registers, no spills; scalar K = 8 would spill), as does the loop path.
+// address and channel), hence K <= 24 there.  fp16 K = 80 holds the largest SD-UNet group (320
+// channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
+// per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would spill), as
+// does the loop path.  Larger groups take the loop path.
 #define FUSION_GROUPNORM_THREADS 1024
 #define FUSION_GROUPNORM_TARGET_THREADS 256
 #define FUSION_GROUPNORM_MIN_BLOCKS(VEC, K) ((K) <= 2 * (VEC) && (VEC) > 1 ? 2 : 1)
@@ -245,46 +188,24 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
     X(TN, T, 4, 4) X(TN, T, 4, 8) X(TN, T, 4, 16) X(TN, T, 4, 24) X(TN, T, 4, 32) X(TN, T, 4, 40)
 #define FUSION_GROUPNORM_FOR_K_V8(X, TN, T)                                                                        \
     X(TN, T, 8, 8) X(TN, T, 8, 16) X(TN, T, 8, 32) X(TN, T, 8, 48) X(TN, T, 8, 64) X(TN, T, 8, 80)
-#define FUSION_GROUPNORM_FOR_CLUSTERS(X, TN, T, VEC, KA, KB)                                                       \
-    X(TN, T, VEC, KA, 2) X(TN, T, VEC, KB, 2) X(TN, T, VEC, KA, 4) X(TN, T, VEC, KB, 4)
 
-// XK(tn, T, vec, k) for the register path, XC(tn, T, vec, k, cl) for its clusters (listed by
-// cluster size, then K), XL(tn, T) for the loop path.
-#define FUSION_GROUPNORM_KERNELS(XK, XC, XL)                                                                       \
+// XK(tn, T, vec, k) for the register path, XL(tn, T) for the loop path.
+#define FUSION_GROUPNORM_KERNELS(XK, XL)                                                                           \
     FUSION_GROUPNORM_FOR_K_V4(XK, f32, float)                                                                      \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f32, float)                                                                  \
     FUSION_GROUPNORM_FOR_K_V8(XK, f16, __half)                                                                     \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
-    FUSION_GROUPNORM_FOR_CLUSTERS(XC, f32, float, 4, 32, 40)                                                       \
-    FUSION_GROUPNORM_FOR_CLUSTERS(XC, f16, __half, 8, 64, 80)                                                      \
     XL(f32, float) XL(f16, __half)
 
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
     (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \
         long long rows, int channels, int groups, long long spatial, float eps, int silu)
 
-// The plugin library sets a launch's cluster size at run time (cudaLaunchKernelEx): its sm_80
-// builds cannot carry the attribute.  CuPy cannot launch with one, so NVRTC builds for sm_90+
-// (fusion.plugins.library.load_kernel_module) define FUSION_GROUPNORM_STATIC_CLUSTERS instead.
-#ifdef FUSION_GROUPNORM_STATIC_CLUSTERS
-#define FUSION_GROUPNORM_CLUSTER_DIMS(CL) __cluster_dims__(CL, 1, 1)
-#else
-#define FUSION_GROUPNORM_CLUSTER_DIMS(CL)
-#endif
-
 #define FUSION_GROUPNORM_DEFINE_K(TN, T, VEC, K)                                                                   \
     extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, FUSION_GROUPNORM_MIN_BLOCKS(VEC, K))    \
         fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                       \
     {                                                                                                              \
-        fusion_kernels::groupNormRegRows<T, VEC, K, 1>(                                                            \
-            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
-    }
-
-#define FUSION_GROUPNORM_DEFINE_KC(TN, T, VEC, K, CL)                                                              \
-    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 1) FUSION_GROUPNORM_CLUSTER_DIMS(CL)    \
-        fusion_groupnorm_reg_##TN##_v##VEC##_k##K##_c##CL FUSION_GROUPNORM_PARAMS(T)                               \
-    {                                                                                                              \
-        fusion_kernels::groupNormRegRows<T, VEC, K, CL>(                                                           \
+        fusion_kernels::groupNormRegRows<T, VEC, K>(                                                               \
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 

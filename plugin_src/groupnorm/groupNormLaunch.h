@@ -10,11 +10,11 @@
 namespace fusion
 {
 
-// Kernel, grid, block and cluster size for rows = N * G groups of cols elements: the register
-// path (groupNormKernels.cuh says which K and cluster), else the loop path.  vecOk: x and y are
-// 16-byte aligned; clusterOk: the device runs the cluster kernels (sm_90+).  Keep in sync with
-// fusion/plugins/library.py:groupnorm_plan (a test compares the two).
-NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, bool clusterOk);
+// Kernel, grid and block for rows = N * G groups of cols elements: the register path with the
+// smallest K (elements per thread) for which cols fits 1024 threads, else the loop path.
+// vecOk: x and y are 16-byte aligned.  Keep in sync with
+// fusion/plugins/library.py:groupnorm_launch_config (a test compares the two).
+NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk);
 
 // y = groupnorm(x) * gamma[c] + beta[c] (then SiLU if silu) for x [n, channels, spatial...].
 // Returns the launch error; cudaErrorInvalidValue for bad sizes or a type it has no kernel for.

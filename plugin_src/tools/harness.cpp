@@ -1083,11 +1083,10 @@ std::vector<Case> groupNormCases()
         int64_t groups;
         double eps;
     };
-    // 32 groups of a UNet block; odd sizes (C / G = 6, spatial 7); rank 2 (spatial 1); SD-UNet
-    // 320x64x64 (40960 a group: one CTA, or a cluster on sm_90+); 80000 a group (the loop path,
-    // or a cluster of 2 or 4 CTAs on sm_90+); 393216 (the loop path everywhere).
+    // 32 groups of a UNet block; odd sizes (C / G = 6, spatial 7); rank 2 (spatial 1); the
+    // largest register-path group (40960, SD-UNet 320x64x64); a group for the loop path (80000).
     S const shapes[] = {{{2, 64, 8, 8}, 32, 1e-5}, {{3, 30, 7}, 5, 1e-6}, {{4, 16}, 4, 1e-3},
-        {{1, 320, 64, 64}, 32, 1e-5}, {{1, 32, 100, 100}, 4, 1e-5}, {{1, 24, 128, 128}, 1, 1e-5}};
+        {{1, 320, 64, 64}, 32, 1e-5}, {{1, 32, 100, 100}, 4, 1e-5}};
     for (DataType t : {DataType::kFLOAT, DataType::kHALF})
     {
         for (S const& s : shapes)

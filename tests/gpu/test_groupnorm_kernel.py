@@ -1,9 +1,7 @@
 """The FusedGroupNorm kernels (the plugin's own source, via cupy.RawModule) against a float64
 NumPy reference: every register-path instantiation (each K, vector and scalar packs, fp32/fp16),
 unaligned pointers, odd sizes, spatial sizes that split a vector between channels, the loop
-path for large groups, rank 2 and 5, a large mean, with and without the fused SiLU; on sm_90+
-the cluster kernels (a group spread over 2 or 4 CTAs), and rows grid-strided over fewer CTAs
-(or clusters) than groups.  Skipped
+path for large groups, rank 2 and 5, a large mean, with and without the fused SiLU.  Skipped
 without CuPy and a GPU; tests/test_plugins.py checks (without a GPU) that CASES reach every
 kernel the library instantiates."""
 
@@ -12,12 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusion.plugins.library import device_has_clusters, groupnorm_launch_config, launch_groupnorm, load_kernel_module
+from fusion.plugins.library import groupnorm_launch_config, launch_groupnorm, load_kernel_module
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
-# The comments name the kernel fp32 / fp16 get (groupnorm_launch_config; checked below), and
-# [with clusters] where sm_90+ gets another.
+# The comments name the kernel fp32 / fp16 get (groupnorm_launch_config; checked below).
 CASES = [
     ((2, 64, 8, 8), 32, 0),  # cols 128: v4_k4 / v8_k8
     ((2, 32, 16, 16), 4, 0),  # cols 2048: v4_k8 / v8_k8
@@ -26,13 +23,13 @@ CASES = [
     ((1, 128, 8, 8), 1, 0),  # cols 8192: v4_k32 / v8_k32
     ((2, 64, 48, 48), 16, 0),  # cols 9216: v4_k40 / v8_k48
     ((2, 1280, 16, 16), 32, 0),  # SD-UNet 1280x16x16, cols 10240: v4_k40 / v8_k48
-    ((2, 64, 16, 16), 1, 0),  # cols 16384: v4_k40 / v8_k64 [v4_k32_c2]
-    ((2, 640, 32, 32), 32, 0),  # SD-UNet 640x32x32, cols 20480: v4_k40 / v8_k80 [v4_k40_c2]
-    ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80 [v4_k32_c4 / v8_k64_c2]
-    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads) / v8_k80 [_c4 / _c2]
-    ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80 [_c4 / _c2], packs span channels
-    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: loop / v8_k80 [v4_k40_c2 / v8_k64_c4]
-    ((1, 64, 64, 64), 2, 0),  # cols 131072: loop [v4_k40_c4 / v8_k80_c2]
+    ((2, 64, 16, 16), 1, 0),  # cols 16384: v4_k40 / v8_k64
+    ((2, 640, 32, 32), 32, 0),  # SD-UNet 640x32x32, cols 20480: v4_k40 / v8_k80
+    ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
+    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads) / v8_k80
+    ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
+    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: loop / v8_k80
+    ((1, 64, 64, 64), 2, 0),  # cols 131072: loop
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
     ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k4 / v8_k8, packs span channels
     ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k4 / v8_k8 (fp16 packs span channels)
@@ -44,7 +41,7 @@ CASES = [
     ((1, 96, 16, 16), 1, 1),  # unaligned, cols 24576: v1_k24 (the scalar path's largest)
     ((2, 5, 5005), 1, 0),  # cols 25025, odd, > 1024 x 24: loop
     ((1, 32, 100, 100), 4, 1),  # unaligned, cols 80000: loop
-    ((1, 32, 96, 96), 1, 0),  # one group of 295k elements: the loop path's grid-stride loops [/ v8_k80_c4]
+    ((1, 32, 96, 96), 1, 0),  # one group of 295k elements: the loop path's grid-stride loops
 ]
 
 
@@ -53,12 +50,12 @@ def case_id(case) -> str:
     return f"{'x'.join(map(str, shape))}_g{groups}" + (f"_off{offset}" if offset else "")
 
 
-def planned(dtype: str, case, clusters: bool) -> str:
+def planned(dtype: str, case) -> str:
     """The kernel the launch policy picks for a case (offset elements past an aligned base)."""
     shape, groups, offset = case
     spatial = int(np.prod(shape[2:], dtype=np.int64))
-    aligned = (offset * np.dtype(dtype).itemsize) % 16 == 0
-    return groupnorm_launch_config(dtype, shape[0], shape[1], groups, spatial, aligned, clusters)[0]
+    itemsize = np.dtype(dtype).itemsize
+    return groupnorm_launch_config(dtype, shape[0], shape[1], groups, spatial, (offset * itemsize) % 16 == 0)[0]
 
 
 def reference(x, g, b, groups, eps, silu):
@@ -99,7 +96,7 @@ def test_groupnorm_kernel_matches_numpy(cp, module, kernel_report, case, dtype, 
     name = launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], c, groups,
                             spatial, 1e-5, silu)  # fmt: skip
     cp.cuda.runtime.deviceSynchronize()
-    assert name == planned(dtype, case, device_has_clusters())
+    assert name == planned(dtype, case)
     got = cp.asnumpy(dy).astype(np.float64).reshape(shape)
     want = reference(x, g, b, groups, 1e-5, silu)
     atol, rtol = TOL[dtype]
@@ -144,33 +141,6 @@ def test_groupnorm_silu_far_from_zero(cp, module, dtype):
     want = np.broadcast_to((b / (1 + np.exp(-b))).reshape(1, -1, 1, 1), shape)
     atol, rtol = TOL[dtype]
     np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", sorted(TOL))
-@pytest.mark.parametrize("cluster", [1, 2, 4])
-def test_groupnorm_rows_grid_strided(cp, module, dtype, cluster):
-    """Fewer CTAs (or clusters) than groups: each takes several rows in turn, reusing its shared
-    sums (and its cluster's) from row to row."""
-    if cluster > 1 and not device_has_clusters():
-        pytest.skip("thread block clusters need sm_90+")
-    shape, groups = (3, 320, 32, 32), 32  # 96 groups of 10240
-    vec = 4 if dtype == "float32" else 8
-    k = {1: 40, 2: 32, 4: 32}[cluster] if vec == 4 else {1: 80, 2: 64, 4: 64}[cluster]
-    suffix = f"_c{cluster}" if cluster > 1 else ""
-    name = f"fusion_groupnorm_reg_{'f32' if vec == 4 else 'f16'}_v{vec}_k{k}{suffix}"
-    block = -(-10240 // vec // cluster // (k // vec) // 32) * 32
-    rng = np.random.default_rng(2)
-    x = (rng.standard_normal(shape) * 3 - 5).astype(dtype)
-    g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
-    b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
-    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
-    dy = cp.full(shape, np.nan, dtype=dtype)
-    launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], groups,
-                     32 * 32, 1e-5, True, (name, 5 * cluster, block))  # fmt: skip
-    got = cp.asnumpy(dy).astype(np.float64)
-    atol, rtol = TOL[dtype]
-    np.testing.assert_allclose(got, reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol)
 
 
 def test_groupnorm_empty_batch_launches_nothing():
