@@ -19,9 +19,9 @@ left out.  Each row reports the bandwidth against the 1 GiB copy peak (`copy_gbp
 against a copy moving the same bytes (`copy_same_bytes_gbps`, the stricter one and the
 goal's judge, as kernels_summary.json's `copy_ratio_big`).
 
-``--sweep`` times every register-path K of each GroupNorm point instead (each with the fewest
-threads that hold the group; the policy's pick marked) and writes DIR/kernels_groupnorm_sweep.json:
-the A/B behind the launch policy's CTA-size target.
+``--sweep`` times every launch of each GroupNorm point instead (each register-path K and each
+split path, with the fewest threads that hold the group; the policy's pick marked) and writes
+DIR/kernels_groupnorm_sweep.json: the A/B behind the launch policy.
 
 Goals (issue 12): >= 0.9 of the copy bandwidth on tensors >= 64 MiB, and never slower than
 torch.  Writes DIR/kernels_skip_group.json (default bench/results/): meta, rows, summary.
@@ -50,8 +50,7 @@ sys.path.insert(0, str(REPO))
 from bench.bench_kernels import (  # noqa: E402
     BIG_TENSOR, EPS, GOALS, commit_info, measure_copy_peak, rotations, time_launches)  # fmt: skip
 from fusion.plugins.library import (  # noqa: E402
-    _VEC_MAX, GROUPNORM_DTYPES, GROUPNORM_THREADS, groupnorm_blocks, groupnorm_launch_config, launch_groupnorm,
-    launch_skip_norm, load_kernel_module)  # fmt: skip
+    groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm, load_kernel_module)  # fmt: skip
 
 LOG = logging.getLogger("bench_skip_group")
 
@@ -381,16 +380,10 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
     return row
 
 
-def sweep_configs(case: GroupCase) -> list[tuple[str, int, int]]:
-    """Every register-path launch of the vector packs that holds the case's group: each K with
-    the fewest threads (<= 1024) that cover it.  The A/B behind the policy's CTA-size target."""
-    vec = _VEC_MAX[case.dtype]
-    cols = case.channels // case.groups * case.spatial
-    if cols % vec:
-        return []
-    tag = GROUPNORM_DTYPES[case.dtype]
-    return [(f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", case.n * case.groups, block)
-            for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
+def sweep_configs(case: GroupCase) -> list[tuple[str, int, int, int]]:
+    """Every launch of the vector packs that holds the case's group (each register-path K and
+    each split path, with the fewest threads that cover it): the A/B behind the launch policy."""
+    return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial)
 
 
 def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dict[str, Any]]:
@@ -408,11 +401,12 @@ def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dic
         ours(0)
         ms, how = time_launches(ours, len(xs), torch)
         rows.append({"kind": "groupnorm_sweep", "label": case.label, "dtype": case.dtype, "silu": case.silu,
-                     "x_bytes": case.x_bytes, "kernel": config[0], "block": config[2], "policy": config == policy,
+                     "x_bytes": case.x_bytes, "kernel": config[0], "block": config[2], "policy": config[:3] == policy,
+                     "smem_bytes": config[3],
                      "ours_ms": ms, "copy_ms": copy_ms, "vs_copy_same_bytes": copy_ms / ms, "timing": how,
                      "max_abs_diff_vs_torch": _max_diff(ys[0], want)})  # fmt: skip
         LOG.info("sweep %-44s %-34s block %4d  %.3f of the same-bytes copy%s", case.label, config[0], config[2],
-                 copy_ms / ms, "  (policy)" if config == policy else "")  # fmt: skip
+                 copy_ms / ms, "  (policy)" if config[:3] == policy else "")  # fmt: skip
     for buf in (xs, ys):
         buf.clear()
     torch.cuda.empty_cache()

@@ -8,13 +8,17 @@
 // deviations from the mean: no cancellation for groups with a large mean); the last step
 // normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
 //
-// Two paths:
-//   reg  - the group held in registers: each thread caches K elements as K / VEC packs of T
-//          (fp16 stays packed, two per register), so x is read once and y written once.
-//          VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
-//          (rows then start aligned), else 1.  cols <= 1024 * K.
-//   loop - any cols: three passes over the group (mean, squared deviations, normalize);
-//          passes 2 and 3 re-read it from L2.
+// Three paths:
+//   reg   - the group held in registers: each thread caches K elements as K / VEC packs of T
+//           (fp16 stays packed, two per register), so x is read once and y written once.
+//           VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
+//           (rows then start aligned), else 1.  cols <= 1024 * K.
+//   split - vector packs only: K elements per thread in registers and KS more in dynamic
+//           shared memory (copied there by cp.async, no registers in flight); x read once.
+//           For groups that would need CTAs too large to share an SM: SD-UNet's 40960
+//           fp32 elements take 512 threads (two CTAs an SM) instead of 1024 (one).
+//   loop  - any cols: three passes over the group (mean, squared deviations, normalize);
+//           passes 2 and 3 re-read it from L2.
 #pragma once
 
 #include "common/normKernels.cuh"
@@ -22,18 +26,64 @@
 namespace fusion_kernels
 {
 
-// y for one element: ((x - pivot) - shift) * a + b with a = scale * gamma (per channel), then
-// SiLU if asked.  SiLU uses the fast exp and divide: their few-ulp error is far below the
+// y for the elements of one channel: ((x - pivot) - shift) * a + b with a = scale * gamma, then
+// SiLU if asked.  fp16 folds the affine into one FMA, x * a + (beta - mean * a): its rounding,
+// 2^-24 |mean| / sigma of the output's scale, is far below what an fp16 x resolves, and it
+// saves two of the few instructions an element the fp16 kernels can afford.  fp32 keeps the
+// deviations exact.  SiLU uses the fast exp and divide: their few-ulp error is far below the
 // tolerance, and the accurate expf + IEEE division made the fp16 kernels compute-bound.
 // (v < -87: exp(-v) is inf and the quotient -0, SiLU's limit.)
-__device__ __forceinline__ float groupNormValue(float x, RowStats s, float a, float b, int silu)
+template <typename T>
+struct ChannelAffine
 {
-    float v = ((x - s.pivot) - s.shift) * a + b;
-    if (silu)
+    static constexpr bool kFold = sizeof(T) == 2;
+    float a;
+    float b;
+
+    __device__ __forceinline__ ChannelAffine(RowStats const& s, float gamma, float beta)
+        : a(s.scale * gamma)
+        , b(kFold ? beta - (s.pivot + s.shift) * a : beta)
     {
-        v = __fdividef(v, 1.F + __expf(-v));
     }
-    return v;
+
+    __device__ __forceinline__ float operator()(float x, RowStats const& s, int silu) const
+    {
+        float v = kFold ? fmaf(x, a, b) : ((x - s.pivot) - s.shift) * a + b;
+        if (silu)
+        {
+            v = __fdividef(v, 1.F + __expf(-v));
+        }
+        return v;
+    }
+};
+
+// The output pack of elements first .. first + VEC - 1 of a row.  A pack's elements share one
+// channel when a channel's elements are whole packs (packChannel).
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, unsigned first, RowStats const& s,
+    T const* gr, T const* br, unsigned spatial, bool packChannel, int silu)
+{
+    Pack<T, VEC> out;
+    if (packChannel)
+    {
+        unsigned const c = first / spatial;
+        ChannelAffine<T> const f(s, toFloat(gr[c]), toFloat(br[c]));
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+        {
+            out.v[e] = fromFloat<T>(f(toFloat(in.v[e]), s, silu));
+        }
+    }
+    else
+    {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+        {
+            unsigned const c = (first + e) / spatial;
+            out.v[e] = fromFloat<T>(ChannelAffine<T>(s, toFloat(gr[c]), toFloat(br[c]))(toFloat(in.v[e]), s, silu));
+        }
+    }
+    return out;
 }
 
 // The group of each row cached in registers: K elements (K / VEC packs) per thread.
@@ -55,15 +105,12 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
     // Packs tid, tid + step, ... below nv are this thread's: the first `mine` of its N slots.
     // (One bound instead of N index compares keeps the predicates out of the register budget.)
     int const mine = tid < nv ? (nv - tid + step - 1) / step : 0;
-    // A pack's elements share one channel when rows of a channel are whole packs.
     bool const packChannel = VEC == 1 || spatial % VEC == 0;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
         P const* xr = reinterpret_cast<P const*>(x + row * cols);
         P* yr = reinterpret_cast<P*>(y + row * cols);
         int const firstChannel = static_cast<int>(row % groups) * perGroup;
-        T const* gr = gamma + firstChannel;
-        T const* br = beta + firstChannel;
         P cache[N];
 #pragma unroll
         for (int i = 0; i < N; ++i)
@@ -83,33 +130,114 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
             int const idx = tid + i * step;
             if (i < mine)
             {
-                unsigned const first = static_cast<unsigned>(idx) * VEC;
-                P out;
-                if (packChannel)
-                {
-                    unsigned const c = first / uspatial;
-                    float const a = s.scale * toFloat(gr[c]);
-                    float const b = toFloat(br[c]);
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-                    {
-                        out.v[e] = fromFloat<T>(groupNormValue(toFloat(cache[i].v[e]), s, a, b, silu));
-                    }
-                }
-                else
-                {
-#pragma unroll
-                    for (int e = 0; e < VEC; ++e)
-                    {
-                        unsigned const c = (first + e) / uspatial;
-                        out.v[e] = fromFloat<T>(groupNormValue(
-                            toFloat(cache[i].v[e]), s, s.scale * toFloat(gr[c]), toFloat(br[c]), silu));
-                    }
-                }
-                yr[idx] = out;
+                yr[idx] = groupNormPack<T, VEC>(cache[i], static_cast<unsigned>(idx) * VEC, s, gamma + firstChannel,
+                    beta + firstChannel, uspatial, packChannel, silu);
             }
         }
         __syncthreads(); // buf is rewritten by the next row
+    }
+}
+
+// 16 bytes global -> shared without passing through registers (sm_80+; both 16-byte aligned).
+__device__ __forceinline__ void copyAsync16(void* smem, void const* gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned const dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+#else
+    *static_cast<uint4*>(smem) = *static_cast<uint4 const*>(gmem);
+#endif
+}
+
+// Waits for this thread's copyAsync16 copies (each thread reads back only its own).
+__device__ __forceinline__ void copyAsyncWait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// The group of each row held as K elements per thread in registers and KS more in dynamic
+// shared memory (KS / VEC packs a thread: blockDim * KS * sizeof(T) bytes).  Slots 0 .. N - 1
+// of a thread are registers, N .. N + NS - 1 shared memory, laid out [slot][thread] so that a
+// warp's 16-byte accesses are consecutive (no bank conflicts).
+template <typename T, int VEC, int K, int KS>
+__device__ __forceinline__ void groupNormSplitRows(T const* __restrict__ x, T const* __restrict__ gamma,
+    T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
+    int silu)
+{
+    static_assert(VEC * sizeof(T) == 16 && K % VEC == 0 && KS % VEC == 0, "16-byte packs, K and KS multiples");
+    constexpr int N = K / VEC;
+    constexpr int NS = KS / VEC;
+    using P = Pack<T, VEC>;
+    extern __shared__ uint4 groupNormSpill[];
+    P* spill = reinterpret_cast<P*>(groupNormSpill);
+    __shared__ float buf[2][32];
+    int const perGroup = channels / groups;
+    int const cols = perGroup * spatial; // <= 1024 * (K + KS): the launcher checks
+    int const nv = cols / VEC;
+    int const tid = threadIdx.x;
+    int const step = blockDim.x;
+    unsigned const uspatial = static_cast<unsigned>(spatial);
+    int const mine = tid < nv ? (nv - tid + step - 1) / step : 0; // valid slots (registers first)
+    bool const packChannel = spatial % VEC == 0;
+    float const inverseCols = 1.F / static_cast<float>(cols);
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
+    {
+        P const* xr = reinterpret_cast<P const*>(x + row * cols);
+        P* yr = reinterpret_cast<P*>(y + row * cols);
+        int const firstChannel = static_cast<int>(row % groups) * perGroup;
+#pragma unroll
+        for (int j = 0; j < NS; ++j)
+        {
+            if (N + j < mine)
+            {
+                copyAsync16(&spill[j * step + tid], &xr[tid + (N + j) * step]);
+            }
+        }
+        P cache[N];
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            if (i < mine)
+            {
+                cache[i] = xr[tid + i * step];
+            }
+        }
+        float const pivot = toFloat(x[row * cols]);
+        copyAsyncWait();
+        float acc = 0.F;
+#pragma unroll
+        for (int i = 0; i < N + NS; ++i)
+        {
+            if (i < mine)
+            {
+                acc += packSum(i < N ? cache[i] : spill[(i - N) * step + tid], pivot);
+            }
+        }
+        float const shift = blockSum(acc, buf[0]) * inverseCols;
+        float sq = 0.F;
+#pragma unroll
+        for (int i = 0; i < N + NS; ++i)
+        {
+            if (i < mine)
+            {
+                sq += packSquares(i < N ? cache[i] : spill[(i - N) * step + tid], pivot, shift);
+            }
+        }
+        RowStats const s{pivot, shift, rsqrtf(blockSum(sq, buf[1]) * inverseCols + eps)};
+#pragma unroll
+        for (int i = 0; i < N + NS; ++i)
+        {
+            int const idx = tid + i * step;
+            if (i < mine)
+            {
+                yr[idx] = groupNormPack<T, VEC>(i < N ? cache[i] : spill[(i - N) * step + tid],
+                    static_cast<unsigned>(idx) * VEC, s, gamma + firstChannel, beta + firstChannel, uspatial,
+                    packChannel, silu);
+            }
+        }
+        __syncthreads(); // buf, and the spill the next row's copies overwrite
     }
 }
 
@@ -145,8 +273,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         for (long long i = threadIdx.x; i < cols; i += blockDim.x)
         {
             int const c = firstChannel + static_cast<int>(i / spatial);
-            yr[i] = fromFloat<T>(
-                groupNormValue(toFloat(xr[i]), st, st.scale * toFloat(gamma[c]), toFloat(beta[c]), silu));
+            yr[i] = fromFloat<T>(ChannelAffine<T>(st, toFloat(gamma[c]), toFloat(beta[c]))(toFloat(xr[i]), st, silu));
         }
         __syncthreads(); // the next row writes buf again
     }
@@ -157,8 +284,9 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // ---------------------------------------------------------------------------------------
 // extern "C" entry points, all with the signature
 //   (x, gamma, beta, y, rows = N * G, channels, groups, spatial, eps, silu):
-//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>   register path, K elements per thread
-//   fusion_groupnorm_loop_<dtype>              three-pass path, any cols
+//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>            register path, K elements per thread
+//   fusion_groupnorm_split_<dtype>_v<VEC>_k<K>_s<KS>    K in registers, KS in shared memory
+//   fusion_groupnorm_loop_<dtype>                       three-pass path, any cols
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
 //
@@ -188,13 +316,17 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
     X(TN, T, 4, 4) X(TN, T, 4, 8) X(TN, T, 4, 16) X(TN, T, 4, 24) X(TN, T, 4, 32) X(TN, T, 4, 40)
 #define FUSION_GROUPNORM_FOR_K_V8(X, TN, T)                                                                        \
     X(TN, T, 8, 8) X(TN, T, 8, 16) X(TN, T, 8, 32) X(TN, T, 8, 48) X(TN, T, 8, 64) X(TN, T, 8, 80)
+// The split path: the largest register K plus KS in shared memory.
+#define FUSION_GROUPNORM_FOR_SPLIT(X) X(f32, float, 4, 40, 40) X(f32, float, 4, 32, 48) X(f32, float, 4, 24, 56) X(f16, __half, 8, 80, 80) X(f16, __half, 8, 64, 96) X(f16, __half, 8, 48, 112)
 
-// XK(tn, T, vec, k) for the register path, XL(tn, T) for the loop path.
-#define FUSION_GROUPNORM_KERNELS(XK, XL)                                                                           \
+// XK(tn, T, vec, k) for the register path, XS(tn, T, vec, k, ks) for the split path, XL(tn, T)
+// for the loop path.
+#define FUSION_GROUPNORM_KERNELS(XK, XS, XL)                                                                       \
     FUSION_GROUPNORM_FOR_K_V4(XK, f32, float)                                                                      \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f32, float)                                                                  \
     FUSION_GROUPNORM_FOR_K_V8(XK, f16, __half)                                                                     \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
+    FUSION_GROUPNORM_FOR_SPLIT(XS)                                                                                 \
     XL(f32, float) XL(f16, __half)
 
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
@@ -206,6 +338,14 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                       \
     {                                                                                                              \
         fusion_kernels::groupNormRegRows<T, VEC, K>(                                                               \
+            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
+    }
+
+#define FUSION_GROUPNORM_DEFINE_SPLIT(TN, T, VEC, K, KS)                                                           \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 1)                                     \
+        fusion_groupnorm_split_##TN##_v##VEC##_k##K##_s##KS FUSION_GROUPNORM_PARAMS(T)                             \
+    {                                                                                                              \
+        fusion_kernels::groupNormSplitRows<T, VEC, K, KS>(                                                         \
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 

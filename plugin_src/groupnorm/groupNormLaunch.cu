@@ -10,10 +10,12 @@
 
 #define FUSION_GROUPNORM_DECLARE_K(TN, T, VEC, K)                                                                  \
     extern "C" __global__ void fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
+#define FUSION_GROUPNORM_DECLARE_SPLIT(TN, T, VEC, K, KS)                                                          \
+    extern "C" __global__ void fusion_groupnorm_split_##TN##_v##VEC##_k##K##_s##KS FUSION_GROUPNORM_PARAMS(T);
 #define FUSION_GROUPNORM_DECLARE_LOOP(TN, T)                                                                       \
     extern "C" __global__ void fusion_groupnorm_loop_##TN FUSION_GROUPNORM_PARAMS(T);
 
-FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DECLARE_K, FUSION_GROUPNORM_DECLARE_LOOP)
+FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DECLARE_K, FUSION_GROUPNORM_DECLARE_SPLIT, FUSION_GROUPNORM_DECLARE_LOOP)
 
 namespace fusion
 {
@@ -33,8 +35,10 @@ struct RegKernel
 #define FUSION_GROUPNORM_ENTRY_K(TN, T, VEC, K)                                                                    \
     {#TN, VEC, K, "fusion_groupnorm_reg_" #TN "_v" #VEC "_k" #K,                                                   \
         reinterpret_cast<void const*>(&fusion_groupnorm_reg_##TN##_v##VEC##_k##K)},
+#define FUSION_GROUPNORM_NO_SPLIT(TN, T, VEC, K, KS)
 #define FUSION_GROUPNORM_NO_LOOP(TN, T)
-RegKernel const kRegKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_NO_LOOP)};
+RegKernel const kRegKernels[]
+    = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_NO_SPLIT, FUSION_GROUPNORM_NO_LOOP)};
 
 int64_t threadsFor(int64_t packs, int64_t perThread)
 {

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusion.plugins.library import groupnorm_launch_config, launch_groupnorm, load_kernel_module
+from fusion.plugins.library import (
+    GROUPNORM_SPLITS, groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
@@ -141,6 +142,45 @@ def test_groupnorm_silu_far_from_zero(cp, module, dtype):
     want = np.broadcast_to((b / (1 + np.exp(-b))).reshape(1, -1, 1, 1), shape)
     atol, rtol = TOL[dtype]
     np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
+
+
+SPLIT_CASES = [
+    ((2, 320, 64, 64), 32),  # SD-UNet 320x64x64, cols 40960
+    ((1, 4096, 3, 3), 1),  # cols 36864, spatial 9: packs span channels
+    ((1, 41, 32, 32), 1),  # cols 41984: the last slots partly filled
+    ((2, 64, 8, 8), 32),  # cols 128: one slot, in registers only
+]
+SPLITS = [(dtype, k, ks) for dtype, vec in (("float32", 4), ("float16", 8)) for k, ks in GROUPNORM_SPLITS[vec]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=[case_id((*c, 0)) for c in SPLIT_CASES])
+@pytest.mark.parametrize("split", SPLITS, ids=[f"{d}_k{k}_s{ks}" for d, k, ks in SPLITS])
+def test_groupnorm_split_kernels_match_numpy(cp, module, kernel_report, split, case, silu):
+    """The split path (part of each group in shared memory) against the float64 reference, and
+    with fewer CTAs than groups (rows grid-strided, the shared memory refilled row after row)."""
+    dtype, k, ks = split
+    shape, groups = case
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    configs = groupnorm_candidates(dtype, shape[0] * groups, shape[1] // groups * spatial)
+    config = next(c for c in configs if c[0].endswith(f"_k{k}_s{ks}"))
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 2 - 6).astype(dtype)
+    g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
+    want = reference(x, g, b, groups, 1e-5, silu)
+    atol, rtol = TOL[dtype]
+    for grid in (config[1], 3):
+        dy = cp.full(shape, np.nan, dtype=dtype)
+        launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], groups,
+                         spatial, 1e-5, silu, (config[0], grid, *config[2:]))  # fmt: skip
+        got = cp.asnumpy(dy).astype(np.float64)
+        err = np.abs(got - want)
+        kernel_report.append({"kernel": config[0], "shape": list(shape), "groups": groups, "grid": grid,
+                              "silu": silu, "max_abs_err": float(err.max())})  # fmt: skip
+        assert np.all(err <= atol + rtol * np.abs(want)), (grid, float(err.max()))
 
 
 def test_groupnorm_empty_batch_launches_nothing():
