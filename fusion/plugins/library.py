@@ -965,7 +965,6 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream);
     ``config`` (kernel name, grid, block[, dynamic shared memory bytes]) overrides the policy's
     choice (the benchmark's sweep, the split path's tests).  Returns the kernel's name."""
-    import cupy  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
     aligned = x % 16 == 0 and y % 16 == 0
@@ -974,9 +973,8 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
     fn = module.get_function(name)
-    if smem > 48 * 1024:  # above the default, a kernel must opt in
-        attr = getattr(cupy.cuda.driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
-        cupy.cuda.driver.funcSetAttribute(fn.ptr, attr, smem)
+    if smem:  # (with the static shared memory, 48 KB or less may already be over the default)
+        fn.max_dynamic_shared_size_bytes = smem
     fn((grid,), (block,), args, shared_mem=smem)
     return name
 

@@ -27,28 +27,30 @@ namespace fusion_kernels
 {
 
 // y for the elements of one channel: ((x - pivot) - shift) * a + b with a = scale * gamma, then
-// SiLU if asked.  fp16 folds the affine into one FMA, x * a + (beta - mean * a): its rounding,
-// 2^-24 |mean| / sigma of the output's scale, is far below what an fp16 x resolves, and it
-// saves two of the few instructions an element the fp16 kernels can afford.  fp32 keeps the
-// deviations exact.  SiLU uses the fast exp and divide: their few-ulp error is far below the
-// tolerance, and the accurate expf + IEEE division made the fp16 kernels compute-bound.
-// (v < -87: exp(-v) is inf and the quotient -0, SiLU's limit.)
+// SiLU if asked.  fp16 subtracts the mean in one step, (x - mean) * a + b: its rounding,
+// 2^-24 |mean| / sigma of the output's scale, is far below what an fp16 x resolves, a constant
+// group still gives b exactly, and it saves an instruction of the few an element the fp16
+// kernels can afford.  fp32 keeps the deviations exact.  SiLU uses the fast exp and divide:
+// their few-ulp error is far below the tolerance, and the accurate expf + IEEE division made
+// the fp16 kernels compute-bound.  (v < -87: exp(-v) is inf and the quotient -0, SiLU's limit.)
 template <typename T>
 struct ChannelAffine
 {
-    static constexpr bool kFold = sizeof(T) == 2;
+    static constexpr bool kOneStep = sizeof(T) == 2;
+    float mean;
     float a;
     float b;
 
     __device__ __forceinline__ ChannelAffine(RowStats const& s, float gamma, float beta)
-        : a(s.scale * gamma)
-        , b(kFold ? beta - (s.pivot + s.shift) * a : beta)
+        : mean(s.pivot + s.shift)
+        , a(s.scale * gamma)
+        , b(beta)
     {
     }
 
     __device__ __forceinline__ float operator()(float x, RowStats const& s, int silu) const
     {
-        float v = kFold ? fmaf(x, a, b) : ((x - s.pivot) - s.shift) * a + b;
+        float v = (kOneStep ? x - mean : (x - s.pivot) - s.shift) * a + b;
         if (silu)
         {
             v = __fdividef(v, 1.F + __expf(-v));
