@@ -261,20 +261,20 @@ def _groupnorm_instantiations() -> set[str]:
     for lists, tn in re.findall(r"(FUSION_GROUPNORM_FOR_K_\w+)\(XK, (\w+), \w+\)", kernels):
         for vec, k in re.findall(r"X\(TN, T, (\d+), (\d+)\)", body(lists)):
             names.add(f"fusion_groupnorm_reg_{tn}_v{vec}_k{k}")
-    for tn, vec, k, ks in re.findall(r"X\((\w+), [\w ]+, (\d+), (\d+), (\d+)\)", body("FUSION_GROUPNORM_FOR_SPLIT")):
-        names.add(f"fusion_groupnorm_split_{tn}_v{vec}_k{k}_s{ks}")
     return names | {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
 
 
-def test_groupnorm_split_list_mirrors_the_instantiations():
-    splits = {n for n in _groupnorm_instantiations() if "_split_" in n}
-    want = {f"fusion_groupnorm_split_{pl.GROUPNORM_DTYPES[d]}_v{v}_k{k}_s{ks}"
-            for d, v in (("float32", 4), ("float16", 8)) for k, ks in pl.GROUPNORM_SPLITS[v]}  # fmt: skip
-    assert splits == want and len(splits) == 6
+def test_resident_ctas_counts_what_an_sm_holds():
+    assert pl.resident_ctas(64, 1024, 132) == 132  # registers: one 1024-thread CTA at 64 each
+    assert pl.resident_ctas(64, 512, 132) == 264
+    assert pl.resident_ctas(56, 256, 132) == 4 * 132  # 56 x 32 = 1792 a warp, 8 warps: 4 CTAs
+    assert pl.resident_ctas(32, 256, 132) == 8 * 132  # threads: 2048 / 256
+    assert pl.resident_ctas(32, 32, 132) == 32 * 132  # at most 32 CTAs an SM
+    assert pl.resident_ctas(61, 448, 1) == 2  # 61 x 32 -> 2048 a warp (256-register steps), 14 warps
 
 
 def test_groupnorm_policy_mirrors_the_instantiations():
-    names = {n for n in _groupnorm_instantiations() if "_split_" not in n}  # (the split path: not picked yet)
+    names = _groupnorm_instantiations()
     assert len(names) == 2 * (6 + 3 + 1), sorted(names)
     picked = {pl.groupnorm_plan(dtype, 1, cols, vec)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
               for vec in (True, False)}  # fmt: skip
@@ -287,8 +287,7 @@ def test_groupnorm_gpu_cases_reach_every_kernel():
     from tests.gpu.test_groupnorm_kernel import CASES, TOL, planned
 
     reached = {planned(dtype, case) for dtype in TOL for case in CASES}
-    names = {n for n in _groupnorm_instantiations() if "_split_" not in n}  # (split: its own GPU test)
-    assert reached == names, sorted(names ^ reached)
+    assert reached == _groupnorm_instantiations(), sorted(_groupnorm_instantiations() ^ reached)
 
 
 # ------------------------------------------------------------------ harness (GPU-free steps)

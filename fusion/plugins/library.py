@@ -746,7 +746,6 @@ def check_library(lib: Path, specs: Sequence[PluginSpec] | None = None, trt: int
 NORM_OPS = ("layernorm", "rmsnorm")
 _DTYPE_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 _VEC_MAX = {"float32": 4, "float16": 8, "bfloat16": 8}
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # Mirrors plugin_src/common/normKernels.cuh / normLaunch.cu (tests compare both).
 NORM_WARP_THREADS = 128
 NORM_BLOCK_MAX_THREADS = 512
@@ -904,9 +903,6 @@ GROUPNORM_THREADS = 1024
 GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
-# The split path's (K in registers, KS in shared memory) per pack width (vector packs only).
-GROUPNORM_SPLITS = {4: ((40, 40), (32, 48), (24, 56)), 8: ((80, 80), (64, 96), (48, 112))}
-GROUPNORM_MAX_SMEM = 227 * 1024  # dynamic shared memory a CTA may opt into (sm_90)
 
 
 def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int]:
@@ -933,21 +929,25 @@ def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
     return [(k, _ceil_div(_ceil_div(nv, k // vec), 32) * 32) for k in GROUPNORM_KS[vec]]
 
 
-def groupnorm_candidates(dtype: str, rows: int, cols: int) -> list[tuple[str, int, int, int]]:
-    """Every launch (kernel name, grid, block, dynamic shared memory bytes) of the vector packs
-    that holds ``rows`` groups of ``cols`` elements in at most 1024 threads: each register-path K
-    and each split path, with the fewest threads that cover a group (the benchmark's sweep)."""
+def groupnorm_candidates(dtype: str, rows: int, cols: int) -> list[tuple[str, int, int]]:
+    """Every register-path launch (kernel name, grid, block) of the vector packs that holds
+    ``rows`` groups of ``cols`` elements in at most 1024 threads: each K with the fewest threads
+    that cover a group (the policy picks one; the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
         return []
-    tag, grid, size = GROUPNORM_DTYPES[dtype], min(rows, _INT_MAX), _ITEMSIZE[dtype]
-    out = [(f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", grid, block, 0)
-           for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
-    for k, ks in GROUPNORM_SPLITS[vec]:
-        block = _ceil_div(_ceil_div(cols // vec, (k + ks) // vec), 32) * 32
-        if block <= GROUPNORM_THREADS and block * ks * size <= GROUPNORM_MAX_SMEM:
-            out.append((f"fusion_groupnorm_split_{tag}_v{vec}_k{k}_s{ks}", grid, block, block * ks * size))
-    return out
+    return [(f"fusion_groupnorm_reg_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}", min(rows, _INT_MAX), block)
+            for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
+
+
+def resident_ctas(num_regs: int, block: int, sms: int) -> int:
+    """The CTAs of ``block`` threads using ``num_regs`` registers each that an sm_80 / sm_90
+    device of ``sms`` SMs holds at once (an SM: 65536 registers, allocated 256 a warp; 2048
+    threads; 32 CTAs).  The plugin asks CUDA's occupancy API; the GroupNorm kernels' shared
+    memory (256 bytes) never limits them."""
+    warps = _ceil_div(block, 32)
+    per_warp = _ceil_div(max(num_regs, 1) * 32, 256) * 256
+    return sms * min(65536 // (per_warp * warps), 2048 // (warps * 32), 32)
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int,
@@ -961,21 +961,23 @@ def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spat
 
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
                      groups: int, spatial: int, eps: float, silu: bool,
-                     config: tuple[str, int, int] | tuple[str, int, int, int] | None = None) -> str:  # fmt: skip
-    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream);
-    ``config`` (kernel name, grid, block[, dynamic shared memory bytes]) overrides the policy's
-    choice (the benchmark's sweep, the split path's tests).  Returns the kernel's name."""
+                     config: tuple[str, int, int] | None = None) -> str:  # fmt: skip
+    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream):
+    the policy's kernel and block, on no more CTAs than the device holds at once (each takes its
+    rows in turn).  ``config`` (kernel name, grid, block) overrides both (the benchmark's sweep).
+    Returns the kernel's name."""
+    import cupy  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
     aligned = x % 16 == 0 and y % 16 == 0
-    name, grid, block, *rest = config or groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
-    smem = rest[0] if rest else 0
+    name, grid, block = config or groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
+    fn = module.get_function(name)
+    if config is None:
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        grid = min(grid, resident_ctas(fn.num_regs, block, sms))
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
-    fn = module.get_function(name)
-    if smem:  # (with the static shared memory, 48 KB or less may already be over the default)
-        fn.max_dynamic_shared_size_bytes = smem
-    fn((grid,), (block,), args, shared_mem=smem)
+    fn((grid,), (block,), args)
     return name
 
 

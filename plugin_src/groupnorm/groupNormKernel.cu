@@ -2,4 +2,4 @@
 // No TensorRT here, so cupy.RawModule compiles this file as is (include path: plugin_src/).
 #include "groupnorm/groupNormKernels.cuh"
 
-FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DEFINE_K, FUSION_GROUPNORM_DEFINE_SPLIT, FUSION_GROUPNORM_DEFINE_LOOP)
+FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DEFINE_K, FUSION_GROUPNORM_DEFINE_LOOP)

@@ -8,17 +8,13 @@
 // deviations from the mean: no cancellation for groups with a large mean); the last step
 // normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
 //
-// Three paths:
-//   reg   - the group held in registers: each thread caches K elements as K / VEC packs of T
-//           (fp16 stays packed, two per register), so x is read once and y written once.
-//           VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
-//           (rows then start aligned), else 1.  cols <= 1024 * K.
-//   split - vector packs only: K elements per thread in registers and KS more in dynamic
-//           shared memory (copied there by cp.async, no registers in flight); x read once.
-//           For groups that would need CTAs too large to share an SM: SD-UNet's 40960
-//           fp32 elements take 512 threads (two CTAs an SM) instead of 1024 (one).
-//   loop  - any cols: three passes over the group (mean, squared deviations, normalize);
-//           passes 2 and 3 re-read it from L2.
+// Two paths:
+//   reg  - the group held in registers: each thread caches K elements as K / VEC packs of T
+//          (fp16 stays packed, two per register), so x is read once and y written once.
+//          VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
+//          (rows then start aligned), else 1.  cols <= 1024 * K.
+//   loop - any cols: three passes over the group (mean, squared deviations, normalize);
+//          passes 2 and 3 re-read it from L2.
 #pragma once
 
 #include "common/normKernels.cuh"
@@ -88,6 +84,18 @@ __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, un
     return out;
 }
 
+// Asks L2 for a row the CTA reads next: while it normalizes and stores this row, DRAM streams
+// the next one in, so the next row's loads hit L2 (rows are grid-strided over the CTAs the
+// device holds at once).  One 128-byte line a thread at a time.
+__device__ __forceinline__ void prefetchRowL2(void const* row, int bytes)
+{
+    char const* p = static_cast<char const*>(row);
+    for (int off = threadIdx.x * 128; off < bytes; off += blockDim.x * 128)
+    {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+    }
+}
+
 // The group of each row cached in registers: K elements (K / VEC packs) per thread.
 template <typename T, int VEC, int K>
 __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
@@ -123,6 +131,11 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
             }
         }
         float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
+        // (Not from the 1- and 2-pack kernels: at 32 registers, two CTAs an SM, they have none to spare.)
+        if (N > 2 && row + gridDim.x < rows)
+        {
+            prefetchRowL2(x + (row + gridDim.x) * cols, cols * static_cast<int>(sizeof(T))); // <= 320 KB
+        }
         // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
         RowStats const s = cachedStats<T, VEC, N, false>(
             cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return blockSum(v, buf[k]); });
@@ -137,109 +150,6 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
             }
         }
         __syncthreads(); // buf is rewritten by the next row
-    }
-}
-
-// 16 bytes global -> shared without passing through registers (sm_80+; both 16-byte aligned).
-__device__ __forceinline__ void copyAsync16(void* smem, void const* gmem)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned const dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
-#else
-    *static_cast<uint4*>(smem) = *static_cast<uint4 const*>(gmem);
-#endif
-}
-
-// Waits for this thread's copyAsync16 copies (each thread reads back only its own).
-__device__ __forceinline__ void copyAsyncWait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
-
-// The group of each row held as K elements per thread in registers and KS more in dynamic
-// shared memory (KS / VEC packs a thread: blockDim * KS * sizeof(T) bytes).  Slots 0 .. N - 1
-// of a thread are registers, N .. N + NS - 1 shared memory, laid out [slot][thread] so that a
-// warp's 16-byte accesses are consecutive (no bank conflicts).
-template <typename T, int VEC, int K, int KS>
-__device__ __forceinline__ void groupNormSplitRows(T const* __restrict__ x, T const* __restrict__ gamma,
-    T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
-    int silu)
-{
-    static_assert(VEC * sizeof(T) == 16 && K % VEC == 0 && KS % VEC == 0, "16-byte packs, K and KS multiples");
-    constexpr int N = K / VEC;
-    constexpr int NS = KS / VEC;
-    using P = Pack<T, VEC>;
-    extern __shared__ uint4 groupNormSpill[];
-    P* spill = reinterpret_cast<P*>(groupNormSpill);
-    __shared__ float buf[2][32];
-    int const perGroup = channels / groups;
-    int const cols = perGroup * spatial; // <= 1024 * (K + KS): the launcher checks
-    int const nv = cols / VEC;
-    int const tid = threadIdx.x;
-    int const step = blockDim.x;
-    unsigned const uspatial = static_cast<unsigned>(spatial);
-    int const mine = tid < nv ? (nv - tid + step - 1) / step : 0; // valid slots (registers first)
-    bool const packChannel = spatial % VEC == 0;
-    float const inverseCols = 1.F / static_cast<float>(cols);
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
-    {
-        P const* xr = reinterpret_cast<P const*>(x + row * cols);
-        P* yr = reinterpret_cast<P*>(y + row * cols);
-        int const firstChannel = static_cast<int>(row % groups) * perGroup;
-#pragma unroll
-        for (int j = 0; j < NS; ++j)
-        {
-            if (N + j < mine)
-            {
-                copyAsync16(&spill[j * step + tid], &xr[tid + (N + j) * step]);
-            }
-        }
-        P cache[N];
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-        {
-            if (i < mine)
-            {
-                cache[i] = xr[tid + i * step];
-            }
-        }
-        float const pivot = toFloat(x[row * cols]);
-        copyAsyncWait();
-        float acc = 0.F;
-#pragma unroll
-        for (int i = 0; i < N + NS; ++i)
-        {
-            if (i < mine)
-            {
-                acc += packSum(i < N ? cache[i] : spill[(i - N) * step + tid], pivot);
-            }
-        }
-        float const shift = blockSum(acc, buf[0]) * inverseCols;
-        float sq = 0.F;
-#pragma unroll
-        for (int i = 0; i < N + NS; ++i)
-        {
-            if (i < mine)
-            {
-                sq += packSquares(i < N ? cache[i] : spill[(i - N) * step + tid], pivot, shift);
-            }
-        }
-        RowStats const s{pivot, shift, rsqrtf(blockSum(sq, buf[1]) * inverseCols + eps)};
-#pragma unroll
-        for (int i = 0; i < N + NS; ++i)
-        {
-            int const idx = tid + i * step;
-            if (i < mine)
-            {
-                yr[idx] = groupNormPack<T, VEC>(i < N ? cache[i] : spill[(i - N) * step + tid],
-                    static_cast<unsigned>(idx) * VEC, s, gamma + firstChannel, beta + firstChannel, uspatial,
-                    packChannel, silu);
-            }
-        }
-        __syncthreads(); // buf, and the spill the next row's copies overwrite
     }
 }
 
@@ -286,9 +196,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // ---------------------------------------------------------------------------------------
 // extern "C" entry points, all with the signature
 //   (x, gamma, beta, y, rows = N * G, channels, groups, spatial, eps, silu):
-//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>            register path, K elements per thread
-//   fusion_groupnorm_split_<dtype>_v<VEC>_k<K>_s<KS>    K in registers, KS in shared memory
-//   fusion_groupnorm_loop_<dtype>                       three-pass path, any cols
+//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>   register path, K elements per thread
+//   fusion_groupnorm_loop_<dtype>              three-pass path, any cols
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
 //
@@ -318,17 +227,13 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
     X(TN, T, 4, 4) X(TN, T, 4, 8) X(TN, T, 4, 16) X(TN, T, 4, 24) X(TN, T, 4, 32) X(TN, T, 4, 40)
 #define FUSION_GROUPNORM_FOR_K_V8(X, TN, T)                                                                        \
     X(TN, T, 8, 8) X(TN, T, 8, 16) X(TN, T, 8, 32) X(TN, T, 8, 48) X(TN, T, 8, 64) X(TN, T, 8, 80)
-// The split path: the largest register K plus KS in shared memory.
-#define FUSION_GROUPNORM_FOR_SPLIT(X) X(f32, float, 4, 40, 40) X(f32, float, 4, 32, 48) X(f32, float, 4, 24, 56) X(f16, __half, 8, 80, 80) X(f16, __half, 8, 64, 96) X(f16, __half, 8, 48, 112)
 
-// XK(tn, T, vec, k) for the register path, XS(tn, T, vec, k, ks) for the split path, XL(tn, T)
-// for the loop path.
-#define FUSION_GROUPNORM_KERNELS(XK, XS, XL)                                                                       \
+// XK(tn, T, vec, k) for the register path, XL(tn, T) for the loop path.
+#define FUSION_GROUPNORM_KERNELS(XK, XL)                                                                           \
     FUSION_GROUPNORM_FOR_K_V4(XK, f32, float)                                                                      \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f32, float)                                                                  \
     FUSION_GROUPNORM_FOR_K_V8(XK, f16, __half)                                                                     \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
-    FUSION_GROUPNORM_FOR_SPLIT(XS)                                                                                 \
     XL(f32, float) XL(f16, __half)
 
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
@@ -340,14 +245,6 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                       \
     {                                                                                                              \
         fusion_kernels::groupNormRegRows<T, VEC, K>(                                                               \
-            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
-    }
-
-#define FUSION_GROUPNORM_DEFINE_SPLIT(TN, T, VEC, K, KS)                                                           \
-    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 1)                                     \
-        fusion_groupnorm_split_##TN##_v##VEC##_k##K##_s##KS FUSION_GROUPNORM_PARAMS(T)                             \
-    {                                                                                                              \
-        fusion_kernels::groupNormSplitRows<T, VEC, K, KS>(                                                         \
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 

@@ -4,18 +4,17 @@
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 
 #define FUSION_GROUPNORM_DECLARE_K(TN, T, VEC, K)                                                                  \
     extern "C" __global__ void fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
-#define FUSION_GROUPNORM_DECLARE_SPLIT(TN, T, VEC, K, KS)                                                          \
-    extern "C" __global__ void fusion_groupnorm_split_##TN##_v##VEC##_k##K##_s##KS FUSION_GROUPNORM_PARAMS(T);
 #define FUSION_GROUPNORM_DECLARE_LOOP(TN, T)                                                                       \
     extern "C" __global__ void fusion_groupnorm_loop_##TN FUSION_GROUPNORM_PARAMS(T);
 
-FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DECLARE_K, FUSION_GROUPNORM_DECLARE_SPLIT, FUSION_GROUPNORM_DECLARE_LOOP)
+FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DECLARE_K, FUSION_GROUPNORM_DECLARE_LOOP)
 
 namespace fusion
 {
@@ -35,14 +34,38 @@ struct RegKernel
 #define FUSION_GROUPNORM_ENTRY_K(TN, T, VEC, K)                                                                    \
     {#TN, VEC, K, "fusion_groupnorm_reg_" #TN "_v" #VEC "_k" #K,                                                   \
         reinterpret_cast<void const*>(&fusion_groupnorm_reg_##TN##_v##VEC##_k##K)},
-#define FUSION_GROUPNORM_NO_SPLIT(TN, T, VEC, K, KS)
 #define FUSION_GROUPNORM_NO_LOOP(TN, T)
-RegKernel const kRegKernels[]
-    = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_NO_SPLIT, FUSION_GROUPNORM_NO_LOOP)};
+RegKernel const kRegKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_NO_LOOP)};
 
 int64_t threadsFor(int64_t packs, int64_t perThread)
 {
     return ((packs + perThread - 1) / perThread + 31) / 32 * 32;
+}
+
+// The CTAs of `kernel` the current device holds at once (SMs x CTAs an SM), or 0 if unknown.
+// The SM count is cached per device: enqueue stays cheap.
+int64_t residentCtas(void const* kernel, int block)
+{
+    constexpr int kMaxDevices = 64;
+    static std::atomic<int> smCount[kMaxDevices]{};
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices)
+    {
+        cudaGetLastError();
+        return 0;
+    }
+    int sms = smCount[device].load(std::memory_order_relaxed);
+    if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+    {
+        smCount[device].store(sms, std::memory_order_relaxed);
+    }
+    int perSm = 0;
+    if (sms <= 0 || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, block, 0) != cudaSuccess)
+    {
+        cudaGetLastError(); // a failed query must not stick to the launch
+        return 0;
+    }
+    return static_cast<int64_t>(sms) * perSm;
 }
 
 } // namespace
@@ -113,10 +136,16 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
         return cudaErrorInvalidValue;
     }
     auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15U) == 0; };
-    NormPlan const plan = planGroupNorm(type, rows, cols, aligned(x) && aligned(y));
+    NormPlan plan = planGroupNorm(type, rows, cols, aligned(x) && aligned(y));
     if (plan.kernel == nullptr)
     {
         return cudaErrorInvalidValue;
+    }
+    // No more CTAs than run at once: each then takes its rows in turn and prefetches the next.
+    int64_t const resident = residentCtas(plan.kernel, plan.block);
+    if (resident > 0 && resident < plan.grid)
+    {
+        plan.grid = resident;
     }
     long long rowsArg = rows;
     int channelsArg = static_cast<int>(channels);
