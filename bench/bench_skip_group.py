@@ -20,9 +20,8 @@ against a copy moving the same bytes (`copy_same_bytes_gbps`, the stricter one a
 goal's judge, as kernels_summary.json's `copy_ratio_big`).
 
 ``--sweep`` times every register-path K of each GroupNorm point instead (each with the fewest
-threads that hold the group, on one CTA a group and on as many CTAs as the device holds at once;
-the policy's launch marked) and writes DIR/kernels_groupnorm_sweep.json: the A/B behind the
-launch policy.
+threads that hold the group; the policy's pick marked) and writes DIR/kernels_groupnorm_sweep.json:
+the A/B behind the launch policy's CTA-size target.
 
 Goals (issue 12): >= 0.9 of the copy bandwidth on tensors >= 64 MiB, and never slower than
 torch.  Writes DIR/kernels_skip_group.json (default bench/results/): meta, rows, summary.
@@ -51,8 +50,7 @@ sys.path.insert(0, str(REPO))
 from bench.bench_kernels import (  # noqa: E402
     BIG_TENSOR, EPS, GOALS, commit_info, measure_copy_peak, rotations, time_launches)  # fmt: skip
 from fusion.plugins.library import (  # noqa: E402
-    groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm, load_kernel_module,
-    resident_ctas)  # fmt: skip
+    groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm, load_kernel_module)  # fmt: skip
 
 LOG = logging.getLogger("bench_skip_group")
 
@@ -383,42 +381,31 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
 
 
 def sweep_configs(case: GroupCase) -> list[tuple[str, int, int]]:
-    """Every register-path launch of the vector packs that holds the case's group (each K with
-    the fewest threads that cover it), on one CTA a group: the A/B behind the launch policy."""
+    """Every register-path launch of the vector packs that holds the case's group: each K with
+    the fewest threads (<= 1024) that cover it.  The A/B behind the policy's CTA-size target."""
     return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial)
 
 
-def resident_grid(module: Any, name: str, block: int, cupy: Any) -> int:
-    """The CTAs of this launch the device holds at once (what the plugin's grid is capped at)."""
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    return resident_ctas(module.get_function(name).num_regs, block, sms)
-
-
 def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dict[str, Any]]:
-    """Rows per sweep_configs launch, one a group and (where fewer) as many CTAs as the device
-    holds at once, each taking its rows in turn: the time against the same-bytes copy and
-    whether it is the policy's launch; outputs checked against torch."""
+    """One row per sweep_configs launch: its time against the same-bytes copy and whether it is
+    the policy's choice; outputs checked against torch."""
     bufs = _group_buffers(case, torch)
     xs, ys = bufs[0], bufs[1]
     want = _group_reference(case, bufs)(0)
-    name, grid, block = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial)
-    policy = (name, min(grid, resident_grid(module, name, block, cupy)), block)
+    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial)
     copy_ms = copy_same_bytes_ms(case.moved_bytes, torch)
     rows = []
-    for name, grid, block in sweep_configs(case):
-        for ctas in sorted({grid, min(grid, resident_grid(module, name, block, cupy))}, reverse=True):
-            config = (name, ctas, block)
-            names: list[str] = []
-            ours = _group_launcher(case, module, cupy, torch, bufs, names, config)
-            ours(0)
-            ms, how = time_launches(ours, len(xs), torch)
-            rows.append({"kind": "groupnorm_sweep", "label": case.label, "dtype": case.dtype, "silu": case.silu,
-                         "x_bytes": case.x_bytes, "kernel": name, "block": block, "grid": ctas, "groups": grid,
-                         "policy": config == policy, "ours_ms": ms, "copy_ms": copy_ms,
-                         "vs_copy_same_bytes": copy_ms / ms, "timing": how,
-                         "max_abs_diff_vs_torch": _max_diff(ys[0], want)})  # fmt: skip
-            LOG.info("sweep %-44s %-34s block %4d grid %6d  %.3f of the same-bytes copy%s", case.label, name, block,
-                     ctas, copy_ms / ms, "  (policy)" if config == policy else "")  # fmt: skip
+    for config in sweep_configs(case):
+        names: list[str] = []
+        ours = _group_launcher(case, module, cupy, torch, bufs, names, config)
+        ours(0)
+        ms, how = time_launches(ours, len(xs), torch)
+        rows.append({"kind": "groupnorm_sweep", "label": case.label, "dtype": case.dtype, "silu": case.silu,
+                     "x_bytes": case.x_bytes, "kernel": config[0], "block": config[2], "policy": config == policy,
+                     "ours_ms": ms, "copy_ms": copy_ms, "vs_copy_same_bytes": copy_ms / ms, "timing": how,
+                     "max_abs_diff_vs_torch": _max_diff(ys[0], want)})  # fmt: skip
+        LOG.info("sweep %-44s %-34s block %4d  %.3f of the same-bytes copy%s", case.label, config[0], config[2],
+                 copy_ms / ms, "  (policy)" if config == policy else "")  # fmt: skip
     for buf in (xs, ys):
         buf.clear()
     torch.cuda.empty_cache()

@@ -264,15 +264,6 @@ def _groupnorm_instantiations() -> set[str]:
     return names | {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
 
 
-def test_resident_ctas_counts_what_an_sm_holds():
-    assert pl.resident_ctas(64, 1024, 132) == 132  # registers: one 1024-thread CTA at 64 each
-    assert pl.resident_ctas(64, 512, 132) == 264
-    assert pl.resident_ctas(56, 256, 132) == 4 * 132  # 56 x 32 = 1792 a warp, 8 warps: 4 CTAs
-    assert pl.resident_ctas(32, 256, 132) == 8 * 132  # threads: 2048 / 256
-    assert pl.resident_ctas(32, 32, 132) == 32 * 132  # at most 32 CTAs an SM
-    assert pl.resident_ctas(61, 448, 1) == 2  # 61 x 32 -> 2048 a warp (256-register steps), 14 warps
-
-
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
     assert len(names) == 2 * (6 + 3 + 1), sorted(names)

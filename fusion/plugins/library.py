@@ -940,16 +940,6 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int) -> list[tuple[str, in
             for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
 
 
-def resident_ctas(num_regs: int, block: int, sms: int) -> int:
-    """The CTAs of ``block`` threads using ``num_regs`` registers each that an sm_80 / sm_90
-    device of ``sms`` SMs holds at once (an SM: 65536 registers, allocated 256 a warp; 2048
-    threads; 32 CTAs).  The plugin asks CUDA's occupancy API; the GroupNorm kernels' shared
-    memory (256 bytes) never limits them."""
-    warps = _ceil_div(block, 32)
-    per_warp = _ceil_div(max(num_regs, 1) * 32, 256) * 256
-    return sms * min(65536 // (per_warp * warps), 2048 // (warps * 32), 32)
-
-
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int,
                             vec_ok: bool = True) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) the FusedGroupNorm plugin uses for x [n, channels, spatial]
@@ -962,22 +952,16 @@ def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spat
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
                      groups: int, spatial: int, eps: float, silu: bool,
                      config: tuple[str, int, int] | None = None) -> str:  # fmt: skip
-    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream):
-    the policy's kernel and block, on no more CTAs than the device holds at once (each takes its
-    rows in turn).  ``config`` (kernel name, grid, block) overrides both (the benchmark's sweep).
+    """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream);
+    ``config`` (kernel name, grid, block) overrides the policy's choice (the benchmark's sweep).
     Returns the kernel's name."""
-    import cupy  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
     aligned = x % 16 == 0 and y % 16 == 0
     name, grid, block = config or groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
-    fn = module.get_function(name)
-    if config is None:
-        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        grid = min(grid, resident_ctas(fn.num_regs, block, sms))
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
-    fn((grid,), (block,), args)
+    module.get_function(name)((grid,), (block,), args)
     return name
 
 

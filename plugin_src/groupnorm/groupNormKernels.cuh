@@ -84,18 +84,6 @@ __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, un
     return out;
 }
 
-// Asks L2 for a row the CTA reads next: while it normalizes and stores this row, DRAM streams
-// the next one in, so the next row's loads hit L2 (rows are grid-strided over the CTAs the
-// device holds at once).  One 128-byte line a thread at a time.
-__device__ __forceinline__ void prefetchRowL2(void const* row, int bytes)
-{
-    char const* p = static_cast<char const*>(row);
-    for (int off = threadIdx.x * 128; off < bytes; off += blockDim.x * 128)
-    {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-    }
-}
-
 // The group of each row cached in registers: K elements (K / VEC packs) per thread.
 template <typename T, int VEC, int K>
 __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
@@ -131,11 +119,6 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
             }
         }
         float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
-        // (Not from the 1- and 2-pack kernels: at 32 registers, two CTAs an SM, they have none to spare.)
-        if (N > 2 && row + gridDim.x < rows)
-        {
-            prefetchRowL2(x + (row + gridDim.x) * cols, cols * static_cast<int>(sizeof(T))); // <= 320 KB
-        }
         // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
         RowStats const s = cachedStats<T, VEC, N, false>(
             cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return blockSum(v, buf[k]); });

@@ -4,7 +4,6 @@
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
-#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -40,32 +39,6 @@ RegKernel const kRegKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY
 int64_t threadsFor(int64_t packs, int64_t perThread)
 {
     return ((packs + perThread - 1) / perThread + 31) / 32 * 32;
-}
-
-// The CTAs of `kernel` the current device holds at once (SMs x CTAs an SM), or 0 if unknown.
-// The SM count is cached per device: enqueue stays cheap.
-int64_t residentCtas(void const* kernel, int block)
-{
-    constexpr int kMaxDevices = 64;
-    static std::atomic<int> smCount[kMaxDevices]{};
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices)
-    {
-        cudaGetLastError();
-        return 0;
-    }
-    int sms = smCount[device].load(std::memory_order_relaxed);
-    if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
-    {
-        smCount[device].store(sms, std::memory_order_relaxed);
-    }
-    int perSm = 0;
-    if (sms <= 0 || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, block, 0) != cudaSuccess)
-    {
-        cudaGetLastError(); // a failed query must not stick to the launch
-        return 0;
-    }
-    return static_cast<int64_t>(sms) * perSm;
 }
 
 } // namespace
@@ -136,16 +109,10 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
         return cudaErrorInvalidValue;
     }
     auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15U) == 0; };
-    NormPlan plan = planGroupNorm(type, rows, cols, aligned(x) && aligned(y));
+    NormPlan const plan = planGroupNorm(type, rows, cols, aligned(x) && aligned(y));
     if (plan.kernel == nullptr)
     {
         return cudaErrorInvalidValue;
-    }
-    // No more CTAs than run at once: each then takes its rows in turn and prefetches the next.
-    int64_t const resident = residentCtas(plan.kernel, plan.block);
-    if (resident > 0 && resident < plan.grid)
-    {
-        plan.grid = resident;
     }
     long long rowsArg = rows;
     int channelsArg = static_cast<int>(channels);
