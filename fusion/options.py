@@ -156,7 +156,8 @@ def add_extra_checks_arg(g) -> None:
         "--extra-checks",
         metavar="LIST",
         help="comma-separated extra checks beyond random inputs: 'initializers fed', 'zero-size dim', "
-        "'large mean', or none / all (default: fusion.compare.verify.DEFAULT_EXTRA_CHECKS)",
+        "'large mean', 'onnxruntime optimized' (the fused model on onnxruntime's default, optimizing session), "
+        "or none / all (default: fusion.compare.verify.DEFAULT_EXTRA_CHECKS)",
     )
 
 

@@ -148,9 +148,16 @@ def test_verify_extra_checks_option(tmp_path, capsys):
     assert cli.main(["fuse", str(model), "-o", str(out), *NORM_FC_CLI]) == 0
     capsys.readouterr()
     assert cli.main(["verify", str(model), str(out), "--extra-checks", "large mean"]) == 0
-    assert "large mean" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "large mean" in shown and "onnxruntime optimized" not in shown
+    assert cli.main(["verify", str(model), str(out), "--extra-checks", "large mean,onnxruntime optimized"]) == 0
+    shown = capsys.readouterr().out
+    assert "large mean" in shown and "onnxruntime optimized: ORT_ENABLE_ALL" in shown
+    assert cli.main(["verify", str(model), str(out)]) == 0  # a default check
+    assert "onnxruntime optimized" in capsys.readouterr().out
     assert cli.main(["verify", str(model), str(out), "--extra-checks", "none"]) == 0
-    assert "large mean" not in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "large mean" not in shown and "onnxruntime optimized" not in shown
     assert cli.main(["verify", str(model), str(out), "--extra-checks", "bogus"]) == 2
     assert "unknown extra checks" in capsys.readouterr().err
 
@@ -169,4 +176,4 @@ def test_html_verify_table_names_each_check_and_the_fused_models_error(tmp_path)
     assert "<th>check</th>" in text and "FAILED" in text
     assert "the fused model fails" in text and "FusedLayerNorm" in text.split("the fused model fails")[1][:400]
     ok = verify(model, model)
-    assert {c.check.split(":")[0] for c in ok.checks} >= {"random", "large mean"}
+    assert {c.check.split(":")[0] for c in ok.checks} >= {"random", "large mean", "onnxruntime optimized"}

@@ -76,7 +76,9 @@ def test_verify_table_and_near_misses(bert_report):
     result, text = bert_report
     verify = text.split('<section id="verify">', 1)[1].split("</section>", 1)[0]
     assert "<table" in verify and "PASSED" in verify
-    assert verify.count("<tr>") == 1 + 3 * 2  # header + 3 shapes x 2 outputs
+    # header + 2 outputs at 3 random shapes, then at the same 3 on the optimized session
+    assert verify.count("<tr>") == 1 + 3 * 2 * 2
+    assert verify.count("<td>onnxruntime optimized</td>") == 3 * 2
     misses = text.split('<section id="near-misses">', 1)[1]
     assert len(result.near_misses) == 4
     for m in result.near_misses:

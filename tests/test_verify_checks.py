@@ -9,9 +9,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import fusion
-from fusion.compare.verify import EXTRA_CHECKS, INITIALIZERS, LARGE_MEAN, RANDOM, ZERO_SIZE, verify
+from fusion.compare.verify import EXTRA_CHECKS, INITIALIZERS, LARGE_MEAN, OPTIMIZED, RANDOM, ZERO_SIZE, verify
+from fusion.rewrite.functions import reshape_keeping_zeros
 
 from .builders import NORM_FC_PASSES
+from .groupnorm_models import GN, build as gn_build
 from .norm_models import Form, build
 
 F = TensorProto.FLOAT
@@ -193,6 +195,103 @@ def test_to_dict_names_each_check():
     d = verify(_flat(False), _flat(False), extra_checks=EXTRA_CHECKS).to_dict()
     assert d["labels"][0] == RANDOM and any(label.startswith(ZERO_SIZE) for label in d["labels"])
     assert {"check", "error"} <= set(d["checks"][0])
+
+
+# -- onnxruntime's default, optimizing session --------------------------------------------
+
+
+def _old_reshape_keeping_zeros(op, ints, y: str, shape: str) -> str:
+    """reshape_keeping_zeros at opset 12-13 as it was before commit 90dbb2d: its pad an Expand
+    to [1, prod(safe) - size], which is [1, 0] when ``shape`` has no 0."""
+    zeros = op("Sub", shape, shape)
+    safe = op("Max", shape, ints([1]))
+    extra = op("Sub", op("ReduceProd", safe, keepdims=1), op("ReduceProd", shape, keepdims=1))
+    flat = op("Flatten", y, axis=0)
+    first = op("Slice", flat, ints([0]), ints([1]), ints([1]))
+    filler = op("Expand", op("ReduceSum", first, keepdims=1), op("Concat", ints([1]), extra, axis=0))
+    full = op("Reshape", op("Concat", flat, filler, axis=1), safe)
+    return op("Slice", full, zeros, shape)
+
+
+def _padded_relu(reshape=None) -> onnx.ModelProto:
+    """y = Relu(x), x static [2, 4, 120] at opset 13; with ``reshape`` the result goes through
+    that zero-keeping Reshape to its own run-time shape (as fused bodies below opset 14 do)."""
+    nodes: list[onnx.NodeProto] = []
+
+    def op(op_type: str, *inputs: str, **attrs) -> str:
+        nodes.append(helper.make_node(op_type, list(inputs), [f"t{len(nodes)}"], **attrs))
+        return nodes[-1].output[0]
+
+    def ints(values: list[int]) -> str:
+        return op("Constant", value=helper.make_tensor("c", TensorProto.INT64, [len(values)], values))
+
+    r = op("Relu", "x")
+    if reshape is not None:
+        r = reshape(op, ints, r, op("Shape", r))
+    nodes[-1].output[0] = "y"
+    vi = [helper.make_tensor_value_info(n, F, [2, 4, 120]) for n in ("x", "y")]
+    m = helper.make_model(helper.make_graph(nodes, "g", vi[:1], vi[1:]), opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def test_optimized_session_exposes_a_fused_model_only_it_breaks():
+    """The real defect: with static shapes onnxruntime folds the old pad's shape to [1, 0] and
+    ExpandElimination takes that Expand for a no-op; the pad keeps one element and the Reshape
+    fails ({1,961} -> {2,4,120}).  Unoptimized the model is exact, so only this check sees it."""
+    rep = verify(_padded_relu(), _padded_relu(_old_reshape_keeping_zeros))
+    assert not rep.passed
+    bad = _failed(rep, OPTIMIZED)
+    assert bad and {c.check.split(":")[0] for c in rep.checks if not c.passed} == {OPTIMIZED}, rep.table()
+    assert all(c.max_abs == 0 for c in rep.checks if c.check == RANDOM)  # exact as written
+    assert "Reshape" in bad[0].error and "requested_shape_size" in bad[0].error, bad[0].error
+    assert "ORT_ENABLE_ALL" in bad[0].check and "onnxruntime optimized" in rep.table()
+    assert "the fused model fails" in rep.table() and "Traceback" not in rep.table()
+    # Without the check the defect passes: what verify used to say.
+    assert verify(_padded_relu(), _padded_relu(_old_reshape_keeping_zeros),
+                  extra_checks=[INITIALIZERS, ZERO_SIZE, LARGE_MEAN]).passed  # fmt: skip
+
+
+def test_optimized_session_passes_the_current_zero_keeping_reshape():
+    fixed = lambda op, ints, y, shape: reshape_keeping_zeros(op, ints, y, shape, 13)  # noqa: E731
+    rep = verify(_padded_relu(), _padded_relu(fixed))
+    assert rep.passed, rep.table()
+    rows = [c for c in rep.checks if c.check.startswith(OPTIMIZED)]
+    assert rows and all(c.max_abs == 0 for c in rows), rep.table()
+
+
+@pytest.mark.parametrize("target", ["plugin", "trt"])
+def test_the_librarys_static_groupnorm_below_opset_14_passes_the_optimized_session(target):
+    """The model the defect was found on: a static GroupNorm + SiLU at opset 13, fused."""
+    original = gn_build(GN(shape=(2, 16, 5, 6), silu="xs"))
+    fused = fusion.run(original, ["groupnorm"], target=target)
+    assert fused.counts() == {"groupnorm": 1}
+    rep = verify(original, fused.model, extra_checks=[OPTIMIZED])
+    assert rep.passed, rep.table()
+    assert {c.check.split(":")[0] for c in rep.checks} == {RANDOM, OPTIMIZED}, rep.table()
+
+
+def test_the_optimized_check_repeats_every_random_shape_point():
+    original = build(Form(kind="layer", opset=13, shape=("B", "S", 64)))
+    fused = fusion.run(original, NORM_FC_PASSES)
+    assert fused.fusions
+    rep = verify(original, fused.model, extra_checks=[OPTIMIZED])
+    assert rep.passed, rep.table()
+    random = [i for i, label in enumerate(rep.labels) if label == RANDOM]
+    again = [i for i, label in enumerate(rep.labels) if label.startswith(OPTIMIZED)]
+    assert len(random) == len(again) == 3
+    assert [rep.shapes[i] for i in again] == [rep.shapes[i] for i in random]
+    assert rep.labels[again[1]] == f"{OPTIMIZED}: ORT_ENABLE_ALL, shape 1's feed"
+    assert {c.shape_point for c in rep.checks} == set(random) | set(again)
+
+
+def test_the_optimized_check_is_a_default_and_can_be_left_out():
+    rep = verify(_scaled(False), _scaled(False))
+    assert any(c.check.startswith(OPTIMIZED) for c in rep.checks), rep.table()
+    rep = verify(_scaled(False), _scaled(False), extra_checks=[INITIALIZERS])
+    assert not any(c.check.startswith(OPTIMIZED) for c in rep.checks), rep.table()
+    with pytest.raises(fusion.FusionError, match="unknown extra checks.*onnxruntime optimized"):
+        verify(_scaled(False), _scaled(False), extra_checks=[OPTIMIZED, "onnxruntime optimised"])
 
 
 # -- a fused model that cannot load ----------------------------------------------------------

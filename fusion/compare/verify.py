@@ -8,6 +8,11 @@ Beyond the random inputs, extra checks (each named in the report's table) try wh
 data at ordinary shapes does not: overridable initializers (also graph inputs, which a
 caller may feed) fed perturbed values, a zero-size dynamic dim, and float inputs with a large
 mean and a small spread (x = c + noise), which exposes precision lost in a fused body.
+
+Both models run with onnxruntime's graph optimizations off, so each runs as written.  Users
+deploy on its default session, which optimizes (constant folding, then rewrite rules on the
+folded graph): the "onnxruntime optimized" check runs the fused model there (ORT_ENABLE_ALL)
+on the random feeds again and compares it with the original's unoptimized outputs.
 A fused model that cannot load or run where the original does is a FAILED check with the
 runtime's message, not an error.
 """
@@ -47,7 +52,9 @@ RANDOM = "random"
 INITIALIZERS = "initializers fed"
 ZERO_SIZE = "zero-size dim"
 LARGE_MEAN = "large mean"
-EXTRA_CHECKS = (INITIALIZERS, ZERO_SIZE, LARGE_MEAN)
+OPTIMIZED = "onnxruntime optimized"
+OPTIMIZED_LEVEL = "ORT_ENABLE_ALL"  # what an onnxruntime.InferenceSession does by default
+EXTRA_CHECKS = (INITIALIZERS, ZERO_SIZE, LARGE_MEAN, OPTIMIZED)
 # What verify(extra_checks=True) runs: all of them.
 DEFAULT_EXTRA_CHECKS = EXTRA_CHECKS
 EXTRA_DIM_VALUE = 3  # the other dynamic dims at the extra checks' shape points
@@ -112,13 +119,13 @@ class VerifyReport:
         }
 
     def table(self) -> str:
-        head = (f"{'shape':>5}  {'check':<16} {'output':<28} {'dtype':<8} {'max abs':>10} {'max rel':>10} "
+        head = (f"{'shape':>5}  {'check':<21} {'output':<28} {'dtype':<8} {'max abs':>10} {'max rel':>10} "
                 f"{'atol':>8} {'rtol':>8}  result")  # fmt: skip
         rows = [head, "-" * len(head)]
         errors: dict[str, None] = {}
         for c in self.checks:
             rows.append(
-                f"{c.shape_point:>5}  {c.check.split(':')[0][:16]:<16} {c.output[:28]:<28} {c.dtype:<8} "
+                f"{c.shape_point:>5}  {c.check.split(':')[0][:21]:<21} {c.output[:28]:<28} {c.dtype:<8} "
                 f"{c.max_abs:>10.3g} {c.max_rel:>10.3g} {c.atol:>8.1g} {c.rtol:>8.1g}  {'ok' if c.passed else 'FAIL'}"
             )
             if c.error:
@@ -165,6 +172,7 @@ def verify(
     if [i.name for i in orig.inputs] != [i.name for i in fuse.inputs]:
         raise VerifyError("the two models have different inputs")
     extras: list[tuple[str, dict[str, np.ndarray]]] = []
+    wanted: Sequence[str] = ()
     notes: list[str] = []
     if backend == "onnxruntime":
         runner = fuse.ort_runner("fused")
@@ -192,7 +200,12 @@ def verify(
                 raise VerifyError(f"unknown extra checks {sorted(unknown)} (known: {', '.join(EXTRA_CHECKS)})")
             extras = extra_feeds(orig, fuse, feeds[0], wanted, seed, notes)
     labels = [RANDOM] * len(feeds) + [label for label, _ in extras]
-    feeds += [f for _, f in extras]
+    # The optimized check repeats the random feeds: its point j is random point repeats[j].
+    repeats: dict[int, int] = {}
+    if OPTIMIZED in wanted:
+        repeats = {len(feeds) + len(extras) + i: i for i in range(len(feeds))}
+        labels += [f"{OPTIMIZED}: {OPTIMIZED_LEVEL}, shape {i}'s feed" for i in repeats.values()]
+    feeds += [f for _, f in extras] + [feeds[i] for i in repeats.values()]
     names = {i.name for i in orig.inputs}
     report = VerifyReport(
         backend, [{k: list(v.shape) for k, v in f.items() if k in names} for f in feeds], labels=labels
@@ -201,15 +214,22 @@ def verify(
 
     # The original first: a point it cannot run is skipped, not failed.
     ref_runs: dict[int, dict[str, np.ndarray]] = {}
-    for i, out in enumerate(_run_each(orig.ort_runner("original"), feeds)):
+    own = [i for i in range(len(feeds)) if i not in repeats]
+    for i, out in zip(own, _run_each(orig.ort_runner("original"), [feeds[i] for i in own])):
         if isinstance(out, BaseException):
             report.skipped.append(f"shape {i} ({labels[i]}): the original model fails on it ({_first_line(out)})")
         else:
             ref_runs[i] = out
     if not any(labels[i] == RANDOM for i in ref_runs):
         raise VerifyError("the original model runs on none of the input shapes; pass inputs= or shapes=")
-    points = sorted(ref_runs)
+    # (The optimized check compares with the original's outputs on the feed it repeats.)
+    ref_runs.update({j: ref_runs[i] for j, i in repeats.items() if i in ref_runs})
+    points = [i for i in sorted(ref_runs) if i not in repeats]
     new_runs = dict(zip(points, _run_each(runner, [feeds[i] for i in points])))
+    again = [j for j in sorted(ref_runs) if j in repeats]
+    if again:
+        optimized = fuse.ort_runner("fused (optimized)", OPTIMIZED_LEVEL)
+        new_runs.update(zip(again, _run_each(optimized, [feeds[j] for j in again])))
     _compare(orig, ref_runs, new_runs, labels, atol, rtol, report)
     if backend == "trt" and latency:
         from ..trt.timing import verify_latency  # noqa: PLC0415
@@ -331,14 +351,15 @@ class _Model:
         listed = {i.name for i in g.input}
         self.overridable = [t for t in g.initializer if t.name in listed] if self.proto.ir_version >= 4 else []
 
-    def ort_runner(self, name: str):
+    def ort_runner(self, name: str, level: str = "ORT_DISABLE_ALL"):
+        """A polygraphy runner on onnxruntime's CPU provider at graph optimization ``level`` (a
+        GraphOptimizationLevel name): off by default, so the model runs as written."""
         import onnxruntime as ort
         from polygraphy.backend.onnxrt import OnnxrtRunner
 
         def session() -> Any:
             opts = ort.SessionOptions()
-            # Without ORT's own graph rewrites both models run as written.
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
             # A shape a model fails on is reported (skipped or FAILED), not logged to stderr too.
             opts.log_severity_level = 4
             return ort.InferenceSession(self.source, opts, providers=["CPUExecutionProvider"])
