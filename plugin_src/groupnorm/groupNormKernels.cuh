@@ -195,7 +195,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // merge of (count, mean, M2) instead of the two sums, one barrier a row instead of three, was
 // 1-10% slower there: its merges cost more than the barriers.)
 // Register budget: __launch_bounds__(1024, 1) gives a thread 64 registers; ptxas -v (CUDA 13.0,
-// sm_80 and sm_90) shows 8-40 bytes of spills at 10 packs (fp32 K = 40, fp16 K = 80: 40
+// sm_90) shows 8-24 bytes of spills at 8-10 packs (fp16 K = 64 and 80, fp32 K = 40: 32-40
 // registers of cache), none below; scalar packs spill from K = 32 (each element's own
 // address and channel), hence K <= 24 there.  fp16 K = 80 holds the largest SD-UNet group (320
 // channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
