@@ -471,8 +471,10 @@ def _first_line(e: BaseException) -> str:
     lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
     if not lines:
         return type(e).__name__
-    # onnxruntime's messages name its own source files: noise to a user.
+    # onnxruntime's messages name its own source files and C++ functions: noise to a user, and
+    # they would push the shapes that matter past the cut.
     text = re.sub(r"\S*onnxruntime_src/\S*\s*", "", lines[-1])
+    text = re.sub(r"onnxruntime::[\w:~<>]+\([^)]*\)\s*", "", text)
     return text[:300]
 
 
