@@ -905,6 +905,11 @@ GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several sh
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
 
 
+def groupnorm_reg_kernel(dtype: str, vec: int, k: int) -> str:
+    """The register-path kernel's name (groupNormKernels.cuh's X-macros) for K elements a thread."""
+    return f"fusion_groupnorm_reg_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}"
+
+
 def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int]:
     """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
     the register path with the smallest K whose CTA has at most 256 threads, else the largest K
@@ -919,7 +924,7 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tup
     if not fits:
         return f"fusion_groupnorm_loop_{tag}", min(rows, _INT_MAX), GROUPNORM_THREADS
     k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
-    return f"fusion_groupnorm_reg_{tag}_v{vec}_k{k}", min(rows, _INT_MAX), block
+    return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
 
 
 def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
@@ -936,7 +941,7 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int) -> list[tuple[str, in
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
         return []
-    return [(f"fusion_groupnorm_reg_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}", min(rows, _INT_MAX), block)
+    return [(groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block)
             for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
 
 

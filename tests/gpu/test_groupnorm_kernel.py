@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusion.plugins.library import groupnorm_blocks, groupnorm_launch_config, launch_groupnorm, load_kernel_module
+from fusion.plugins.library import (
+    groupnorm_blocks, groupnorm_launch_config, groupnorm_reg_kernel, launch_groupnorm, load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
@@ -155,7 +156,7 @@ def test_groupnorm_rows_grid_strided(cp, module, kernel):
     dtype, vec, k = kernel
     shape, groups = (3, 320, 16, 16), 32  # 96 groups of 2560
     block = dict(groupnorm_blocks(vec, 2560))[k]
-    name = f"fusion_groupnorm_reg_{'f32' if dtype == 'float32' else 'f16'}_v{vec}_k{k}"
+    name = groupnorm_reg_kernel(dtype, vec, k)
     rng = np.random.default_rng(2)
     x = (rng.standard_normal(shape) * 3 - 5).astype(dtype)
     g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
