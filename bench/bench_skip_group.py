@@ -20,8 +20,9 @@ against a copy moving the same bytes (`copy_same_bytes_gbps`, the stricter one a
 goal's judge, as kernels_summary.json's `copy_ratio_big`).
 
 ``--sweep`` times every register-path K of each GroupNorm point instead (each with the fewest
-threads that hold the group; the policy's pick marked) and writes DIR/kernels_groupnorm_sweep.json:
-the A/B behind the launch policy's CTA-size target.
+threads that hold the group, and staged where a staged kernel exists; the policy's pick marked)
+and writes DIR/kernels_groupnorm_sweep.json: the A/B behind the launch policy's CTA-size target
+and its staging.
 
 Goals (issue 12): >= 0.9 of the copy bandwidth on tensors >= 64 MiB, and never slower than
 torch.  Writes DIR/kernels_skip_group.json (default bench/results/): meta, rows, summary.
@@ -50,7 +51,8 @@ sys.path.insert(0, str(REPO))
 from bench.bench_kernels import (  # noqa: E402
     BIG_TENSOR, EPS, GOALS, commit_info, measure_copy_peak, rotations, time_launches)  # fmt: skip
 from fusion.plugins.library import (  # noqa: E402
-    groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm, load_kernel_module)  # fmt: skip
+    device_stage_sms, groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm,
+    load_kernel_module)  # fmt: skip
 
 LOG = logging.getLogger("bench_skip_group")
 
@@ -380,10 +382,12 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
     return row
 
 
-def sweep_configs(case: GroupCase) -> list[tuple[str, int, int]]:
+def sweep_configs(case: GroupCase, stage_sms: int = 0) -> list[tuple[str, int, int]]:
     """Every register-path launch of the vector packs that holds the case's group: each K with
-    the fewest threads (<= 1024) that cover it.  The A/B behind the policy's CTA-size target."""
-    return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial)
+    the fewest threads (<= 1024) that cover it, and its staged launch where there is one (on
+    ``stage_sms`` CTAs).  The A/B behind the policy's CTA-size target and its staging."""
+    return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial,
+                                stage_sms)  # fmt: skip
 
 
 def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dict[str, Any]]:
@@ -392,10 +396,13 @@ def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dic
     bufs = _group_buffers(case, torch)
     xs, ys = bufs[0], bufs[1]
     want = _group_reference(case, bufs)(0)
-    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial)
+    cols = case.channels // case.groups * case.spatial
+    stage_sms = device_stage_sms(case.dtype, cols)
+    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial,
+                                     stage_sms=stage_sms)  # fmt: skip
     copy_ms = copy_same_bytes_ms(case.moved_bytes, torch)
     rows = []
-    for config in sweep_configs(case):
+    for config in sweep_configs(case, stage_sms):
         names: list[str] = []
         ours = _group_launcher(case, module, cupy, torch, bufs, names, config)
         ours(0)

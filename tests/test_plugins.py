@@ -200,7 +200,7 @@ def test_launch_policy_paths():
 
 
 GN_COLS = (1, 4, 42, 128, 255, 256, 2048, 2560, 4096, 6144, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
-           36864, 40960, 40961, 40964, 41984, 131072, 294912)  # fmt: skip
+           36864, 40960, 40961, 40964, 41984, 81920, 131072, 294912)  # fmt: skip
 
 
 @needs_nvcc
@@ -209,8 +209,9 @@ def test_python_groupnorm_policy_matches_library(built):
         for rows in (1, 64, 4096):
             for cols in GN_COLS:
                 for vec in (True, False):
-                    want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec)
-                    assert pl.groupnorm_plan(dtype, rows, cols, vec) == want, (dtype, rows, cols, vec)
+                    for sms in (0, 132):  # no staging; an H100's
+                        want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec, sms)
+                        assert pl.groupnorm_plan(dtype, rows, cols, vec, sms) == want, (dtype, rows, cols, vec, sms)
 
 
 @needs_nvcc
@@ -242,6 +243,18 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 1, 4, 1, 10241) == ("fusion_groupnorm_loop_f32", 1, 1024)  # 40964 > 1024 x 40
     assert cfg("float16", 1, 1, 1, 81928)[0] == "fusion_groupnorm_loop_f16"  # > 1024 x 80
     assert cfg("float16", 1, 1, 1, 81920) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
+    # Staging (sm_90+, given the device's SM count): only where a CTA fills the SM (> 512
+    # threads), on one CTA per SM; the rest stay as they were.
+    assert cfg("float32", 16, 320, 32, 64 * 64, stage_sms=132) == ("fusion_groupnorm_staged_f32_v4_k40", 132, 1024)
+    assert cfg("float32", 1, 320, 32, 64 * 64, stage_sms=132) == ("fusion_groupnorm_staged_f32_v4_k40", 32, 1024)
+    assert cfg("float16", 1, 1, 1, 81920, stage_sms=132) == ("fusion_groupnorm_staged_f16_v8_k80", 1, 1024)
+    assert cfg("float32", 8, 640, 32, 32 * 32, stage_sms=132) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 512)
+    assert cfg("float16", 16, 320, 32, 64 * 64, stage_sms=132) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
+    assert cfg("float32", 16, 320, 32, 64 * 64, vec_ok=False, stage_sms=132)[0] == "fusion_groupnorm_loop_f32"
+    assert cfg("float32", 1, 96, 1, 256, vec_ok=False, stage_sms=132)[0] == "fusion_groupnorm_reg_f32_v1_k24"
+    assert pl.groupnorm_smem("fusion_groupnorm_staged_f32_v4_k40", "float32", 40960) == 163840
+    assert pl.groupnorm_smem("fusion_groupnorm_staged_f16_v8_k80", "float16", 81920) == 163840
+    assert pl.groupnorm_smem("fusion_groupnorm_reg_f32_v4_k40", "float32", 40960) == 0
     with pytest.raises(ValueError, match="no groupnorm launch"):
         cfg("float32", 1, 30, 4, 7)  # 4 groups do not divide 30 channels
     with pytest.raises(ValueError, match="no groupnorm launch for bfloat16"):
@@ -261,14 +274,17 @@ def _groupnorm_instantiations() -> set[str]:
     for lists, tn in re.findall(r"(FUSION_GROUPNORM_FOR_K_\w+)\(XK, (\w+), \w+\)", kernels):
         for vec, k in re.findall(r"X\(TN, T, (\d+), (\d+)\)", body(lists)):
             names.add(f"fusion_groupnorm_reg_{tn}_v{vec}_k{k}")
-    return names | {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
+    names |= {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
+    staged = body("FUSION_GROUPNORM_STAGED_KERNELS")
+    return names | {f"fusion_groupnorm_staged_{tn}_v{vec}_k{k}"
+                    for tn, vec, k in re.findall(r"XS\((\w+), \w+, (\d+), (\d+)\)", staged)}  # fmt: skip
 
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (6 + 3 + 1), sorted(names)
-    picked = {pl.groupnorm_plan(dtype, 1, cols, vec)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
-              for vec in (True, False)}  # fmt: skip
+    assert len(names) == 2 * (6 + 3 + 1 + 1), sorted(names)
+    picked = {pl.groupnorm_plan(dtype, 1, cols, vec, sms)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
+              for vec in (True, False) for sms in (0, 132)}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists
     assert names <= picked, sorted(names - picked)  # and every instantiation is reachable
 
@@ -277,7 +293,7 @@ def test_groupnorm_gpu_cases_reach_every_kernel():
     """tests/gpu/test_groupnorm_kernel.py's cases (run on the GPU) cover each instantiation."""
     from tests.gpu.test_groupnorm_kernel import CASES, TOL, planned
 
-    reached = {planned(dtype, case) for dtype in TOL for case in CASES}
+    reached = {planned(dtype, case, sms) for dtype in TOL for case in CASES for sms in (0, 132)}
     assert reached == _groupnorm_instantiations(), sorted(_groupnorm_instantiations() ^ reached)
 
 

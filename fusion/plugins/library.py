@@ -746,6 +746,7 @@ def check_library(lib: Path, specs: Sequence[PluginSpec] | None = None, trt: int
 NORM_OPS = ("layernorm", "rmsnorm")
 _DTYPE_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 _VEC_MAX = {"float32": 4, "float16": 8, "bfloat16": 8}
+_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # Mirrors plugin_src/common/normKernels.cuh / normLaunch.cu (tests compare both).
 NORM_WARP_THREADS = 128
 NORM_BLOCK_MAX_THREADS = 512
@@ -901,6 +902,8 @@ GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
 # Mirrors plugin_src/groupnorm/groupNormKernels.cuh / groupNormLaunch.cu (tests compare both).
 GROUPNORM_THREADS = 1024
 GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
+GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device can
+GROUPNORM_STAGED_KS = {4: 40, 8: 80}  # the staged kernels' K per pack width
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
 
@@ -910,10 +913,22 @@ def groupnorm_reg_kernel(dtype: str, vec: int, k: int) -> str:
     return f"fusion_groupnorm_reg_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}"
 
 
-def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tuple[str, int, int]:
+def groupnorm_staged_kernel(dtype: str, vec: int, k: int) -> str:
+    """The staged kernel's name for the register path's K (groupNormKernels.cuh)."""
+    return f"fusion_groupnorm_staged_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}"
+
+
+def groupnorm_smem(name: str, dtype: str, cols: int) -> int:
+    """Dynamic shared memory bytes a GroupNorm launch needs: a group's bytes for the staged kernels."""
+    return cols * _ELEM_BYTES[dtype] if "_staged_" in name else 0
+
+
+def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0) -> tuple[str, int, int]:
     """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
     the register path with the smallest K whose CTA has at most 256 threads, else the largest K
-    that fits 1024 threads, else the loop path."""
+    that fits 1024 threads, else the loop path.  A register-path CTA over 512 threads fills an
+    SM: with ``stage_sms`` (the device's SM count where it runs the staged kernels) the staged
+    kernel runs instead, on min(rows, stage_sms) CTAs."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
@@ -924,6 +939,8 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True) -> tup
     if not fits:
         return f"fusion_groupnorm_loop_{tag}", min(rows, _INT_MAX), GROUPNORM_THREADS
     k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
+    if stage_sms > 0 and block > GROUPNORM_STAGE_THREADS and GROUPNORM_STAGED_KS.get(vec) == k:
+        return groupnorm_staged_kernel(dtype, vec, k), min(rows, stage_sms), block
     return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
 
 
@@ -934,24 +951,43 @@ def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
     return [(k, _ceil_div(_ceil_div(nv, k // vec), 32) * 32) for k in GROUPNORM_KS[vec]]
 
 
-def groupnorm_candidates(dtype: str, rows: int, cols: int) -> list[tuple[str, int, int]]:
+def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0) -> list[tuple[str, int, int]]:
     """Every register-path launch (kernel name, grid, block) of the vector packs that holds
     ``rows`` groups of ``cols`` elements in at most 1024 threads: each K with the fewest threads
-    that cover a group (the policy picks one; the benchmark's sweep times all)."""
+    that cover a group, and with ``stage_sms`` its staged launch where there is one (the policy
+    picks one; the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
         return []
-    return [(groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block)
-            for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]  # fmt: skip
+    out = []
+    for k, block in groupnorm_blocks(vec, cols):
+        if block <= GROUPNORM_THREADS:
+            out.append((groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block))
+            if stage_sms > 0 and GROUPNORM_STAGED_KS.get(vec) == k:
+                out.append((groupnorm_staged_kernel(dtype, vec, k), min(rows, stage_sms), block))
+    return out
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int,
-                            vec_ok: bool = True) -> tuple[str, int, int]:  # fmt: skip
+                            vec_ok: bool = True, stage_sms: int = 0) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) the FusedGroupNorm plugin uses for x [n, channels, spatial]
-    (vec_ok: x and y 16-byte aligned)."""
+    (vec_ok: x and y 16-byte aligned; stage_sms as groupnorm_plan's)."""
     if dtype not in GROUPNORM_DTYPES or groups <= 0 or channels % groups:
         raise ValueError(f"no groupnorm launch for {dtype}, {channels} channels in {groups} groups")
-    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok)
+    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok, stage_sms)
+
+
+def device_stage_sms(dtype: str, cols: int) -> int:
+    """CuPy's current device's SM count where it runs the staged GroupNorm kernels for groups of
+    ``cols`` elements (sm_90+, a group within its opt-in shared memory; NVRTC compiles for the
+    device itself), else 0: what the plugin's launcher asks of the CUDA runtime."""
+    import cupy  # noqa: PLC0415 - optional dependency
+
+    dev = cupy.cuda.Device()
+    attrs = dev.attributes
+    if int(dev.compute_capability) < 90 or cols * _ELEM_BYTES[dtype] > attrs["MaxSharedMemoryPerBlockOptin"]:
+        return 0
+    return int(attrs["MultiProcessorCount"])
 
 
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
@@ -963,25 +999,32 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     import numpy as np  # noqa: PLC0415
 
     aligned = x % 16 == 0 and y % 16 == 0
-    name, grid, block = config or groupnorm_launch_config(dtype, n, channels, groups, spatial, aligned)
+    cols = channels // groups * spatial
+    name, grid, block = config or groupnorm_launch_config(
+        dtype, n, channels, groups, spatial, aligned, device_stage_sms(dtype, cols))
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
-    module.get_function(name)((grid,), (block,), args)
+    fn = module.get_function(name)
+    smem = groupnorm_smem(name, dtype, cols)
+    if smem > fn.max_dynamic_shared_size_bytes:
+        fn.max_dynamic_shared_size_bytes = smem
+    fn((grid,), (block,), args, shared_mem=smem)
     return name
 
 
 def library_groupnorm_plan(
-    lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True
+    lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0
 ) -> tuple[str, int, int] | None:
     """The GroupNorm launch the built library would make (its exported ``fusion_groupnorm_plan``); no GPU needed."""
     fn = ctypes.CDLL(str(lib)).fusion_groupnorm_plan
     c = ctypes
-    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_char_p, c.c_int, c.POINTER(c.c_longlong),
-                   c.POINTER(c.c_int)]  # fmt: skip
+    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_int, c.c_char_p, c.c_int,
+                   c.POINTER(c.c_longlong), c.POINTER(c.c_int)]  # fmt: skip
     fn.restype = c.c_int
     name = c.create_string_buffer(64)
     grid, block = c.c_longlong(), c.c_int()
-    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), name, 64, c.byref(grid), c.byref(block))
+    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), stage_sms, name, 64, c.byref(grid),
+            c.byref(block))  # fmt: skip
     return None if rc != 0 else (name.value.decode(), grid.value, block.value)
 
 

@@ -27,6 +27,7 @@ struct NormPlan
     char name[64];
     int64_t grid;
     int32_t block;
+    int32_t smem; // dynamic shared memory bytes (0 but for staged GroupNorm kernels)
 };
 
 // Kernel, grid and block for rows x cols.  vecOk: x, y, g, b are all 16-byte aligned.

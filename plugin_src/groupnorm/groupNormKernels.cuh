@@ -8,15 +8,21 @@
 // deviations from the mean: no cancellation for groups with a large mean); the last step
 // normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
 //
-// Two paths:
-//   reg  - the group held in registers: each thread caches K elements as K / VEC packs of T
-//          (fp16 stays packed, two per register), so x is read once and y written once.
-//          VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
-//          (rows then start aligned), else 1.  cols <= 1024 * K.
-//   loop - any cols: three passes over the group (mean, squared deviations, normalize);
-//          passes 2 and 3 re-read it from L2.
+// Three paths:
+//   reg    - the group held in registers: each thread caches K elements as K / VEC packs of T
+//            (fp16 stays packed, two per register), so x is read once and y written once.
+//            VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
+//            (rows then start aligned), else 1.  cols <= 1024 * K.
+//   staged - reg on a grid of one CTA per SM (sm_90+, VEC packs), for groups so large that a
+//            CTA fills the SM: the copy engine brings the CTA's next group into shared
+//            memory while this one is reduced and written, so the SM reads and writes at
+//            once.  (Where two or more CTAs share an SM they overlap that way already, and
+//            staging measured slower.)  Same arithmetic as reg: the same outputs, bit for bit.
+//   loop   - any cols: three passes over the group (mean, squared deviations, normalize);
+//            passes 2 and 3 re-read it from L2.
 #pragma once
 
+#include "common/bulkCopy.cuh"
 #include "common/normKernels.cuh"
 
 namespace fusion_kernels
@@ -44,16 +50,16 @@ struct ChannelAffine
     {
     }
 
-    __device__ __forceinline__ float operator()(float x, RowStats const& s, int silu) const
+    __device__ __forceinline__ float operator()(float x, RowStats const& s) const
     {
-        float v = (kOneStep ? x - mean : (x - s.pivot) - s.shift) * a + b;
-        if (silu)
-        {
-            v = __fdividef(v, 1.F + __expf(-v));
-        }
-        return v;
+        return (kOneStep ? x - mean : (x - s.pivot) - s.shift) * a + b;
     }
 };
+
+__device__ __forceinline__ float silu(float v)
+{
+    return __fdividef(v, 1.F + __expf(-v));
+}
 
 // The output pack of elements first .. first + VEC - 1 of a row.  A pack's elements share one
 // channel when a channel's elements are whole packs (packChannel).
@@ -61,7 +67,7 @@ template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, unsigned first, RowStats const& s,
     T const* gr, T const* br, unsigned spatial, bool packChannel, int silu)
 {
-    Pack<T, VEC> out;
+    float v[VEC];
     if (packChannel)
     {
         unsigned const c = first / spatial;
@@ -69,7 +75,7 @@ __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, un
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
         {
-            out.v[e] = fromFloat<T>(f(toFloat(in.v[e]), s, silu));
+            v[e] = f(toFloat(in.v[e]), s);
         }
     }
     else
@@ -78,14 +84,20 @@ __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, un
         for (int e = 0; e < VEC; ++e)
         {
             unsigned const c = (first + e) / spatial;
-            out.v[e] = fromFloat<T>(ChannelAffine<T>(s, toFloat(gr[c]), toFloat(br[c]))(toFloat(in.v[e]), s, silu));
+            v[e] = ChannelAffine<T>(s, toFloat(gr[c]), toFloat(br[c]))(toFloat(in.v[e]), s);
         }
+    }
+    Pack<T, VEC> out;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+    {
+        out.v[e] = fromFloat<T>(silu ? fusion_kernels::silu(v[e]) : v[e]);
     }
     return out;
 }
 
 // The group of each row cached in registers: K elements (K / VEC packs) per thread.
-template <typename T, int VEC, int K>
+template <typename T, int VEC, int K, bool STAGED = false>
 __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
     int silu)
@@ -104,21 +116,62 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
     // (One bound instead of N index compares keeps the predicates out of the register budget.)
     int const mine = tid < nv ? (nv - tid + step - 1) / step : 0;
     bool const packChannel = VEC == 1 || spatial % VEC == 0;
+    // STAGED: the row's bytes land in stagedRow (dynamic shared memory, cols * sizeof(T)).
+    extern __shared__ __align__(128) unsigned char stagedRow[];
+    __shared__ unsigned long long landed;
+    unsigned const rowBytes = static_cast<unsigned>(cols) * sizeof(T);
+    if constexpr (STAGED)
+    {
+        if (tid == 0)
+        {
+            mbarrierInit(&landed, 1);
+            if (blockIdx.x < rows)
+            {
+                bulkLoad(stagedRow, x + static_cast<long long>(blockIdx.x) * cols, rowBytes, &landed);
+            }
+        }
+        __syncthreads();
+    }
+    unsigned parity = 0;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
         P const* xr = reinterpret_cast<P const*>(x + row * cols);
         P* yr = reinterpret_cast<P*>(y + row * cols);
         int const firstChannel = static_cast<int>(row % groups) * perGroup;
         P cache[N];
-#pragma unroll
-        for (int i = 0; i < N; ++i)
+        float pivot;
+        if constexpr (STAGED)
         {
-            if (i < mine)
+            mbarrierWait(&landed, parity);
+            parity ^= 1U;
+            P const* sr = reinterpret_cast<P const*>(stagedRow);
+#pragma unroll
+            for (int i = 0; i < N; ++i)
             {
-                cache[i] = xr[tid + i * step];
+                if (i < mine)
+                {
+                    cache[i] = sr[tid + i * step];
+                }
+            }
+            pivot = toFloat(reinterpret_cast<T const*>(stagedRow)[0]);
+            __syncthreads(); // every thread has its packs: the buffer takes the next row
+            if (tid == 0 && row + gridDim.x < rows)
+            {
+                bulkLoad(stagedRow, x + (row + gridDim.x) * cols, rowBytes, &landed);
             }
         }
-        float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
+        else
+        {
+#pragma unroll
+            for (int i = 0; i < N; ++i)
+            {
+                if (i < mine)
+                {
+                    cache[i] = xr[tid + i * step];
+                }
+            }
+            pivot = toFloat(x[row * cols]); // same address: one broadcast load
+        }
         // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
         RowStats const s = cachedStats<T, VEC, N, false>(
             cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return blockSum(v, buf[k]); });
@@ -132,7 +185,10 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                     beta + firstChannel, uspatial, packChannel, silu);
             }
         }
-        __syncthreads(); // buf is rewritten by the next row
+        if constexpr (!STAGED)
+        {
+            __syncthreads(); // buf is rewritten by the next row (STAGED: after the next row's barrier)
+        }
     }
 }
 
@@ -168,7 +224,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         for (long long i = threadIdx.x; i < cols; i += blockDim.x)
         {
             int const c = firstChannel + static_cast<int>(i / spatial);
-            yr[i] = fromFloat<T>(ChannelAffine<T>(st, toFloat(gamma[c]), toFloat(beta[c]))(toFloat(xr[i]), st, silu));
+            float const v = ChannelAffine<T>(st, toFloat(gamma[c]), toFloat(beta[c]))(toFloat(xr[i]), st);
+            yr[i] = fromFloat<T>(silu ? fusion_kernels::silu(v) : v);
         }
         __syncthreads(); // the next row writes buf again
     }
@@ -179,8 +236,10 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // ---------------------------------------------------------------------------------------
 // extern "C" entry points, all with the signature
 //   (x, gamma, beta, y, rows = N * G, channels, groups, spatial, eps, silu):
-//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>   register path, K elements per thread
-//   fusion_groupnorm_loop_<dtype>              three-pass path, any cols
+//   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>      register path, K elements per thread
+//   fusion_groupnorm_staged_<dtype>_v<VEC>_k<K>   the same, rows staged (dynamic shared memory:
+//                                                 cols * sizeof(T) bytes; sm_90+)
+//   fusion_groupnorm_loop_<dtype>                 three-pass path, any cols
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
 //
@@ -201,8 +260,14 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
 // per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would spill), as
 // does the loop path.  Larger groups take the loop path.
+// Staging: where the pick's CTA has more than FUSION_GROUPNORM_STAGE_THREADS threads (it fills
+// an SM: 64 registers a thread), on sm_90+ with 16-byte packs, the staged kernel runs on a grid
+// of one CTA per SM instead.  Measured (kernels_groupnorm_sweep.json): fp32 16x320x64x64 0.89 ->
+// 0.93-0.94 of the same-bytes copy, with SiLU 0.86 -> 0.90-0.91; 2-4 CTAs an SM staged were
+// 1-15% slower than unstaged.  Only the largest K of each pack width can need that many threads.
 #define FUSION_GROUPNORM_THREADS 1024
 #define FUSION_GROUPNORM_TARGET_THREADS 256
+#define FUSION_GROUPNORM_STAGE_THREADS 512
 #define FUSION_GROUPNORM_MIN_BLOCKS(VEC, K) ((K) <= 2 * (VEC) && (VEC) > 1 ? 2 : 1)
 
 #define FUSION_GROUPNORM_FOR_K_SCALAR(X, TN, T) X(TN, T, 1, 8) X(TN, T, 1, 16) X(TN, T, 1, 24)
@@ -219,6 +284,9 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
     XL(f32, float) XL(f16, __half)
 
+// XS(tn, T, vec, k) for the staged kernels.
+#define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40) XS(f16, __half, 8, 80)
+
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
     (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \
         long long rows, int channels, int groups, long long spatial, float eps, int silu)
@@ -228,6 +296,14 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                       \
     {                                                                                                              \
         fusion_kernels::groupNormRegRows<T, VEC, K>(                                                               \
+            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
+    }
+
+#define FUSION_GROUPNORM_DEFINE_STAGED(TN, T, VEC, K)                                                              \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, FUSION_GROUPNORM_MIN_BLOCKS(VEC, K))    \
+        fusion_groupnorm_staged_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                    \
+    {                                                                                                              \
+        fusion_kernels::groupNormRegRows<T, VEC, K, true>(                                                         \
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 

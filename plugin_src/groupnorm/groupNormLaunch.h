@@ -10,11 +10,12 @@
 namespace fusion
 {
 
-// Kernel, grid and block for rows = N * G groups of cols elements: the register path with the
-// smallest K (elements per thread) for which cols fits 1024 threads, else the loop path.
-// vecOk: x and y are 16-byte aligned.  Keep in sync with
-// fusion/plugins/library.py:groupnorm_launch_config (a test compares the two).
-NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk);
+// Kernel, grid, block and shared memory for rows = N * G groups of cols elements: the register
+// path (staged on a grid of stageSms CTAs where a CTA fills an SM and stageSms > 0), else the
+// loop path; groupNormKernels.cuh has the policy.  vecOk: x and y are 16-byte aligned.
+// stageSms: the device's SM count where it can run the staged kernels, else 0.  Keep in sync
+// with fusion/plugins/library.py:groupnorm_plan (a test compares the two).
+NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, int stageSms = 0);
 
 // y = groupnorm(x) * gamma[c] + beta[c] (then SiLU if silu) for x [n, channels, spatial...].
 // Returns the launch error; cudaErrorInvalidValue for bad sizes or a type it has no kernel for.

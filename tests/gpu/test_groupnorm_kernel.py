@@ -1,6 +1,6 @@
 """The FusedGroupNorm kernels (the plugin's own source, via cupy.RawModule) against a float64
 NumPy reference: every register-path instantiation (each K, vector and scalar packs, fp32/fp16),
-unaligned pointers, odd sizes, spatial sizes that split a vector between channels, the loop
+the staged kernels (sm_90+; bit for bit the register path's outputs), unaligned pointers, odd sizes, spatial sizes that split a vector between channels, the loop
 path for large groups, rank 2 and 5, a large mean, with and without the fused SiLU.  Skipped
 without CuPy and a GPU; tests/test_plugins.py checks (without a GPU) that CASES reach every
 kernel the library instantiates."""
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fusion.plugins.library import (
-    groupnorm_blocks, groupnorm_launch_config, groupnorm_reg_kernel, launch_groupnorm, load_kernel_module)  # fmt: skip
+    device_stage_sms, groupnorm_blocks, groupnorm_launch_config, groupnorm_reg_kernel, groupnorm_staged_kernel,
+    launch_groupnorm, load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
@@ -27,7 +28,9 @@ CASES = [
     ((2, 64, 16, 16), 1, 0),  # cols 16384: v4_k40 / v8_k64
     ((2, 640, 32, 32), 32, 0),  # SD-UNet 640x32x32, cols 20480: v4_k40 / v8_k80
     ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
-    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads) / v8_k80
+    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads; staged) / v8_k80
+    ((200, 24, 32, 32), 1, 0),  # cols 24576: v4_k40 in 640 threads (staged: 200 rows > SMs) / v8_k80
+    ((1, 80, 32, 32), 1, 0),  # cols 81920: loop / v8_k80 in 1024 threads (staged)
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
     ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: loop / v8_k80
     ((1, 64, 64, 64), 2, 0),  # cols 131072: loop
@@ -51,12 +54,16 @@ def case_id(case) -> str:
     return f"{'x'.join(map(str, shape))}_g{groups}" + (f"_off{offset}" if offset else "")
 
 
-def planned(dtype: str, case) -> str:
-    """The kernel the launch policy picks for a case (offset elements past an aligned base)."""
+def planned(dtype: str, case, stage_sms: int | None = None) -> str:
+    """The kernel the launch policy picks for a case (offset elements past an aligned base) on a
+    device that stages on ``stage_sms`` SMs (None: CuPy's current device)."""
     shape, groups, offset = case
     spatial = int(np.prod(shape[2:], dtype=np.int64))
+    if stage_sms is None:
+        stage_sms = device_stage_sms(dtype, shape[1] // groups * spatial)
     itemsize = np.dtype(dtype).itemsize
-    return groupnorm_launch_config(dtype, shape[0], shape[1], groups, spatial, (offset * itemsize) % 16 == 0)[0]
+    aligned = (offset * itemsize) % 16 == 0
+    return groupnorm_launch_config(dtype, shape[0], shape[1], groups, spatial, aligned, stage_sms)[0]
 
 
 def reference(x, g, b, groups, eps, silu):
@@ -144,19 +151,28 @@ def test_groupnorm_silu_far_from_zero(cp, module, dtype):
     np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
 
 
-STRIDED = [("float32", 4, 40), ("float32", 4, 16), ("float32", 4, 4), ("float16", 8, 80), ("float16", 8, 48),
-           ("float16", 8, 16), ("float32", 1, 24)]  # fmt: skip
+STRIDED = [("float32", 4, 40, False), ("float32", 4, 16, False), ("float32", 4, 4, False),
+           ("float16", 8, 80, False), ("float16", 8, 48, False), ("float16", 8, 16, False),
+           ("float32", 1, 24, False), ("float32", 4, 40, True), ("float16", 8, 80, True)]  # fmt: skip
+
+
+def needs_staging(cp) -> None:
+    if int(cp.cuda.Device().compute_capability) < 90:
+        pytest.skip("the staged kernels need sm_90+")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", STRIDED, ids=[f"{d}_v{v}_k{k}" for d, v, k in STRIDED])
+@pytest.mark.parametrize("kernel", STRIDED, ids=[f"{d}_v{v}_k{k}{'_staged' * s}" for d, v, k, s in STRIDED])
 def test_groupnorm_rows_grid_strided(cp, module, kernel):
-    """Fewer CTAs than groups (the launcher caps the grid at INT_MAX CTAs): each CTA takes its
-    rows in turn, reusing its shared sums."""
-    dtype, vec, k = kernel
+    """Fewer CTAs than groups (the launcher caps the grid at INT_MAX CTAs; the staged kernels run
+    one CTA per SM): each CTA takes its rows in turn, reusing its shared sums (and, staged, its
+    shared row buffer and barrier, whose phase flips each row)."""
+    dtype, vec, k, staged = kernel
+    if staged:
+        needs_staging(cp)
     shape, groups = (3, 320, 16, 16), 32  # 96 groups of 2560
     block = dict(groupnorm_blocks(vec, 2560))[k]
-    name = groupnorm_reg_kernel(dtype, vec, k)
+    name = (groupnorm_staged_kernel if staged else groupnorm_reg_kernel)(dtype, vec, k)
     rng = np.random.default_rng(2)
     x = (rng.standard_normal(shape) * 3 - 5).astype(dtype)
     g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
@@ -169,6 +185,35 @@ def test_groupnorm_rows_grid_strided(cp, module, kernel):
                          groups, 16 * 16, 1e-5, True, (name, grid, block))  # fmt: skip
         got = cp.asnumpy(dy).astype(np.float64)
         np.testing.assert_allclose(got, reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol, err_msg=str(grid))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("dtype", sorted(TOL))
+def test_groupnorm_staged_is_the_register_path_bit_for_bit(cp, module, dtype, silu):
+    """Staging changes where a row waits, not what is computed: outputs equal the register
+    path's exactly, on one CTA, a few, one per SM and one per row."""
+    needs_staging(cp)
+    vec, k = (4, 40) if dtype == "float32" else (8, 80)
+    shape, groups = (40, 64, 32, 32), 2  # 80 groups of 32768: > 512 threads at the largest K
+    cols = shape[1] // groups * 32 * 32
+    block = dict(groupnorm_blocks(vec, cols))[k]
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 4 + 20).astype(dtype)
+    g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
+
+    def run(name: str, grid: int):
+        dy = cp.full(shape, np.nan, dtype=dtype)
+        launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1],
+                         groups, 32 * 32, 1e-5, silu, (name, grid, block))  # fmt: skip
+        return cp.asnumpy(dy)
+
+    want = run(groupnorm_reg_kernel(dtype, vec, k), 80)
+    assert np.all(np.isfinite(want))
+    for grid in (1, 3, 79, 80):
+        np.testing.assert_array_equal(run(groupnorm_staged_kernel(dtype, vec, k), grid), want, err_msg=str(grid))
 
 
 def test_groupnorm_empty_batch_launches_nothing():
