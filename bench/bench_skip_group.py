@@ -7,8 +7,9 @@ Each kernel is compared with the device-to-device copy and torch's unfused equiv
 Skip LayerNorm / RMSNorm (x + skip + bias, then the norm; with and without the sum written
 out) on BERT-like rows x 768 / 1024 and a 4096-wide case, rows chosen so that each x is
 >= 64 MiB; against torch's ``s = x + skip; s += bias; F.layer_norm(s) / F.rms_norm(s)``.
-GroupNorm (32 groups, with and without the fused SiLU) on SD UNet blocks at batch 8 and at
-the batch that makes x >= 64 MiB; against ``F.group_norm`` (+ ``F.silu``).
+GroupNorm (32 groups, with and without the fused SiLU) on SD 1.5 / 2.x UNet blocks and SDXL's
+two largest at batch 8 and at the batch that makes x >= 64 MiB; against ``F.group_norm``
+(+ ``F.silu``).
 
 The kernels run from the plugin's own sources through cupy.RawModule with the plugin's
 launch policy (fusion.plugins.library.launch_skip_norm / launch_groupnorm), timed like
@@ -51,7 +52,7 @@ sys.path.insert(0, str(REPO))
 from bench.bench_kernels import (  # noqa: E402
     BIG_TENSOR, EPS, GOALS, commit_info, measure_copy_peak, rotations, time_launches)  # fmt: skip
 from fusion.plugins.library import (  # noqa: E402
-    device_stage_sms, groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm,
+    device_groupnorm_limits, groupnorm_candidates, groupnorm_launch_config, launch_groupnorm, launch_skip_norm,
     load_kernel_module)  # fmt: skip
 
 LOG = logging.getLogger("bench_skip_group")
@@ -68,7 +69,9 @@ SKIP_GRID: dict[str, tuple] = {
 }
 GROUP_GRID: dict[str, Any] = {
     "dtypes": ("float32", "float16"),  # the GroupNorm kernels' types
-    "shapes": ((320, 64, 64), (640, 32, 32), (1280, 16, 16)),  # (C, H, W) of SD UNet blocks
+    # (C, H, W) of SD 1.5 / 2.x UNet blocks at 512x512, then SDXL's largest at 1024x1024 (its
+    # 640 x 64 x 64 and 320 x 128 x 128 groups outgrow the register path: the wide path).
+    "shapes": ((320, 64, 64), (640, 32, 32), (1280, 16, 16), (640, 64, 64), (320, 128, 128)),
     "batch": 8,
     "groups": 32,
     "silu": (False, True),
@@ -160,8 +163,9 @@ def group_cases(min_bytes: int = BIG_TENSOR, grid: dict[str, Any] = GROUP_GRID) 
 def quick_cases(skips: list[SkipCase], groups: list[GroupCase]) -> list[SkipCase | GroupCase]:
     """A smoke test: the narrowest skip rows and the first GroupNorm shape."""
     narrow = min(c.cols for c in skips)
-    first = groups[0].channels if groups else None
-    return [c for c in skips if c.cols == narrow] + [g for g in groups if g.channels == first]
+    chw = lambda g: (g.channels, g.height, g.width)  # noqa: E731
+    first = chw(groups[0]) if groups else None
+    return [c for c in skips if c.cols == narrow] + [g for g in groups if chw(g) == first]
 
 
 # ------------------------------------------------------------------ rows
@@ -382,12 +386,13 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
     return row
 
 
-def sweep_configs(case: GroupCase, stage_sms: int = 0) -> list[tuple[str, int, int]]:
-    """Every register-path launch of the vector packs that holds the case's group: each K with
-    the fewest threads (<= 1024) that cover it, and its staged launch where there is one (on
-    ``stage_sms`` CTAs).  The A/B behind the policy's CTA-size target and its staging."""
+def sweep_configs(case: GroupCase, device: tuple[int, int] = (0, 0)) -> list[tuple[str, int, int]]:
+    """Every launch of the vector packs that holds the case's group: each register-path K with
+    the fewest threads (<= 1024) that cover it, its staged launch where there is one, the wide
+    launch where no K holds it (device: (stage_sms, smem_optin), as groupnorm_plan's).  The A/B
+    behind the policy's CTA-size target, its staging and its wide path."""
     return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial,
-                                stage_sms)  # fmt: skip
+                                *device)  # fmt: skip
 
 
 def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dict[str, Any]]:
@@ -396,13 +401,11 @@ def sweep_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> list[dic
     bufs = _group_buffers(case, torch)
     xs, ys = bufs[0], bufs[1]
     want = _group_reference(case, bufs)(0)
-    cols = case.channels // case.groups * case.spatial
-    stage_sms = device_stage_sms(case.dtype, cols)
-    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial,
-                                     stage_sms=stage_sms)  # fmt: skip
+    device = device_groupnorm_limits()
+    policy = groupnorm_launch_config(case.dtype, case.n, case.channels, case.groups, case.spatial, True, *device)
     copy_ms = copy_same_bytes_ms(case.moved_bytes, torch)
     rows = []
-    for config in sweep_configs(case, stage_sms):
+    for config in sweep_configs(case, device):
         names: list[str] = []
         ours = _group_launcher(case, module, cupy, torch, bufs, names, config)
         ours(0)

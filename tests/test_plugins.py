@@ -199,6 +199,8 @@ def test_launch_policy_paths():
         pl.norm_launch_config("layernorm", "int8", 1, 1)
 
 
+# (stage_sms, smem_optin): no extras; an H100 (sm_90); an A100 (sm_80, 163 KB opt-in); an RTX 3090 (99 KB).
+DEVICES = ((0, 0), (132, 232448), (0, 166912), (0, 101376))
 GN_COLS = (1, 4, 42, 128, 255, 256, 2048, 2560, 4096, 6144, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
            36864, 40960, 40961, 40964, 41984, 81920, 131072, 294912)  # fmt: skip
 
@@ -209,9 +211,11 @@ def test_python_groupnorm_policy_matches_library(built):
         for rows in (1, 64, 4096):
             for cols in GN_COLS:
                 for vec in (True, False):
-                    for sms in (0, 132):  # no staging; an H100's
-                        want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec, sms)
-                        assert pl.groupnorm_plan(dtype, rows, cols, vec, sms) == want, (dtype, rows, cols, vec, sms)
+                    for device in DEVICES:
+                        want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec, *device)
+                        plan = pl.groupnorm_plan(dtype, rows, cols, vec, *device)
+                        got = (*plan, pl.groupnorm_smem(plan[0], dtype, cols))
+                        assert got == want, (dtype, rows, cols, vec, device)
 
 
 @needs_nvcc
@@ -238,22 +242,33 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float16", 2, 64, 32, 64, vec_ok=False) == ("fusion_groupnorm_reg_f16_v1_k8", 64, 32)
     assert cfg("float32", 1, 96, 1, 256, vec_ok=False) == ("fusion_groupnorm_reg_f32_v1_k24", 1, 1024)
     # Too large for the registers: the three-pass loop.
-    assert cfg("float32", 1, 96, 1, 257, vec_ok=False) == ("fusion_groupnorm_loop_f32", 1, 1024)
-    assert cfg("float32", 16, 320, 32, 64 * 64, vec_ok=False)[0] == "fusion_groupnorm_loop_f32"
-    assert cfg("float32", 1, 4, 1, 10241) == ("fusion_groupnorm_loop_f32", 1, 1024)  # 40964 > 1024 x 40
-    assert cfg("float16", 1, 1, 1, 81928)[0] == "fusion_groupnorm_loop_f16"  # > 1024 x 80
+    assert cfg("float32", 1, 96, 1, 257, vec_ok=False) == ("fusion_groupnorm_loop_f32_v1", 1, 1024)
+    assert cfg("float32", 16, 320, 32, 64 * 64, vec_ok=False)[0] == "fusion_groupnorm_loop_f32_v1"
+    assert cfg("float32", 1, 4, 1, 10241) == ("fusion_groupnorm_loop_f32_v4", 1, 1024)  # 40964 > 1024 x 40
+    assert cfg("float16", 1, 1, 1, 81928)[0] == "fusion_groupnorm_loop_f16_v8"  # > 1024 x 80
     assert cfg("float16", 1, 1, 1, 81920) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
-    # Staging (sm_90+, given the device's SM count): only where a CTA fills the SM (> 512
-    # threads), on one CTA per SM; the rest stay as they were.
-    assert cfg("float32", 16, 320, 32, 64 * 64, stage_sms=132) == ("fusion_groupnorm_staged_f32_v4_k40", 132, 1024)
-    assert cfg("float32", 1, 320, 32, 64 * 64, stage_sms=132) == ("fusion_groupnorm_staged_f32_v4_k40", 32, 1024)
-    assert cfg("float16", 1, 1, 1, 81920, stage_sms=132) == ("fusion_groupnorm_staged_f16_v8_k80", 1, 1024)
-    assert cfg("float32", 8, 640, 32, 32 * 32, stage_sms=132) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 512)
-    assert cfg("float16", 16, 320, 32, 64 * 64, stage_sms=132) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
-    assert cfg("float32", 16, 320, 32, 64 * 64, vec_ok=False, stage_sms=132)[0] == "fusion_groupnorm_loop_f32"
-    assert cfg("float32", 1, 96, 1, 256, vec_ok=False, stage_sms=132)[0] == "fusion_groupnorm_reg_f32_v1_k24"
+    # The device's extras, (stage_sms, smem_optin).  Staging (sm_90+): fp32 K = 40 where a CTA
+    # fills the SM (> 512 threads), on one CTA per SM; the rest stay as they were.
+    h100, a100 = (132, 232448), (0, 166912)
+    assert cfg("float32", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_staged_f32_v4_k40", 132, 1024)
+    assert cfg("float32", 1, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_staged_f32_v4_k40", 32, 1024)
+    assert cfg("float32", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
+    assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
+    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
+    assert cfg("float32", 8, 640, 32, 32 * 32, True, *h100) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 512)
+    assert cfg("float16", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
+    assert cfg("float32", 16, 320, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"
+    assert cfg("float32", 1, 96, 1, 256, False, *h100)[0] == "fusion_groupnorm_reg_f32_v1_k24"
+    # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:
+    # 81920 - 32768 in 192 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB), else the loop.
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 256, 1024)
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 1024)
+    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100)[0] == "fusion_groupnorm_loop_f32_v4"  # 384 KB tail
+    assert cfg("float32", 8, 640, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"  # scalar packs
     assert pl.groupnorm_smem("fusion_groupnorm_staged_f32_v4_k40", "float32", 40960) == 163840
-    assert pl.groupnorm_smem("fusion_groupnorm_staged_f16_v8_k80", "float16", 81920) == 163840
+    assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k32", "float32", 81920) == 196608
+    assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 163840) == 196608
     assert pl.groupnorm_smem("fusion_groupnorm_reg_f32_v4_k40", "float32", 40960) == 0
     with pytest.raises(ValueError, match="no groupnorm launch"):
         cfg("float32", 1, 30, 4, 7)  # 4 groups do not divide 30 channels
@@ -274,17 +289,19 @@ def _groupnorm_instantiations() -> set[str]:
     for lists, tn in re.findall(r"(FUSION_GROUPNORM_FOR_K_\w+)\(XK, (\w+), \w+\)", kernels):
         for vec, k in re.findall(r"X\(TN, T, (\d+), (\d+)\)", body(lists)):
             names.add(f"fusion_groupnorm_reg_{tn}_v{vec}_k{k}")
-    names |= {f"fusion_groupnorm_loop_{tn}" for tn in re.findall(r"XL\((\w+), \w+\)", kernels)}
-    staged = body("FUSION_GROUPNORM_STAGED_KERNELS")
-    return names | {f"fusion_groupnorm_staged_{tn}_v{vec}_k{k}"
-                    for tn, vec, k in re.findall(r"XS\((\w+), \w+, (\d+), (\d+)\)", staged)}  # fmt: skip
+    names |= {f"fusion_groupnorm_loop_{tn}_v{vec}" for tn, vec in re.findall(r"XL\((\w+), \w+, (\d+)\)", kernels)}
+    for kind, x in (("staged", "XS"), ("wide", "XW")):
+        listed = body(f"FUSION_GROUPNORM_{kind.upper()}_KERNELS")
+        names |= {f"fusion_groupnorm_{kind}_{tn}_v{vec}_k{k}"
+                  for tn, vec, k in re.findall(rf"{x}\((\w+), \w+, (\d+), (\d+)\)", listed)}  # fmt: skip
+    return names
 
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (6 + 3 + 1 + 1), sorted(names)
-    picked = {pl.groupnorm_plan(dtype, 1, cols, vec, sms)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
-              for vec in (True, False) for sms in (0, 132)}  # fmt: skip
+    assert len(names) == 2 * (6 + 3 + 2 + 1) + 1, sorted(names)  # fp32 alone has a staged kernel
+    picked = {pl.groupnorm_plan(dtype, 1, cols, vec, *device)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
+              for vec in (True, False) for device in DEVICES}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists
     assert names <= picked, sorted(names - picked)  # and every instantiation is reachable
 
@@ -293,7 +310,7 @@ def test_groupnorm_gpu_cases_reach_every_kernel():
     """tests/gpu/test_groupnorm_kernel.py's cases (run on the GPU) cover each instantiation."""
     from tests.gpu.test_groupnorm_kernel import CASES, TOL, planned
 
-    reached = {planned(dtype, case, sms) for dtype in TOL for case in CASES for sms in (0, 132)}
+    reached = {planned(dtype, case, device) for dtype in TOL for case in CASES for device in ((0, 0), (132, 232448))}
     assert reached == _groupnorm_instantiations(), sorted(_groupnorm_instantiations() ^ reached)
 
 

@@ -903,7 +903,9 @@ GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
 GROUPNORM_THREADS = 1024
 GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
 GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device can
-GROUPNORM_STAGED_KS = {4: 40, 8: 80}  # the staged kernels' K per pack width
+GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
+GROUPNORM_WIDE_KS = {4: 32, 8: 64}  # the wide kernels' K (register head) per pack width
+GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
 
@@ -918,17 +920,33 @@ def groupnorm_staged_kernel(dtype: str, vec: int, k: int) -> str:
     return f"fusion_groupnorm_staged_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}"
 
 
+def groupnorm_wide_kernel(dtype: str, vec: int, k: int) -> str:
+    """The wide kernel's name for a register head of K elements a thread (groupNormKernels.cuh)."""
+    return f"fusion_groupnorm_wide_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}"
+
+
 def groupnorm_smem(name: str, dtype: str, cols: int) -> int:
-    """Dynamic shared memory bytes a GroupNorm launch needs: a group's bytes for the staged kernels."""
-    return cols * _ELEM_BYTES[dtype] if "_staged_" in name else 0
+    """Dynamic shared memory bytes of a GroupNorm launch: a group (staged kernels), a group's
+    tail past the 1024 threads' registers (wide kernels), else 0."""
+    if "_staged_" in name:
+        return cols * _ELEM_BYTES[dtype]
+    m = re.search(r"_wide_\w+_v(\d+)_k(\d+)$", name)
+    if m is None:
+        return 0
+    vec, k = int(m.group(1)), int(m.group(2))
+    return (cols // vec - k // vec * GROUPNORM_THREADS) * 16
 
 
-def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0) -> tuple[str, int, int]:
+def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,
+                   smem_optin: int = 0) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
     the register path with the smallest K whose CTA has at most 256 threads, else the largest K
-    that fits 1024 threads, else the loop path.  A register-path CTA over 512 threads fills an
-    SM: with ``stage_sms`` (the device's SM count where it runs the staged kernels) the staged
-    kernel runs instead, on min(rows, stage_sms) CTAs."""
+    that fits 1024 threads; a group past that, with 16-byte packs, the wide path where its tail
+    fits ``smem_optin`` (the device's opt-in shared memory per CTA, less GROUPNORM_STATIC_SMEM);
+    else the loop path.  A register-path CTA over 512 threads fills an SM: with ``stage_sms``
+    (the device's SM count where it runs the staged kernels) and the group within the opt-in,
+    the staged kernel runs instead, on min(rows, stage_sms) CTAs.  ``groupnorm_smem`` gives the
+    launch's shared memory."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
@@ -937,10 +955,16 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     vec = vmax if vec_ok and cols % vmax == 0 else 1
     fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
     if not fits:
-        return f"fusion_groupnorm_loop_{tag}", min(rows, _INT_MAX), GROUPNORM_THREADS
+        if vec > 1:
+            wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
+            if groupnorm_smem(wide, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM:
+                return wide, min(rows, _INT_MAX), GROUPNORM_THREADS
+        return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
     k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
-    if stage_sms > 0 and block > GROUPNORM_STAGE_THREADS and GROUPNORM_STAGED_KS.get(vec) == k:
-        return groupnorm_staged_kernel(dtype, vec, k), min(rows, stage_sms), block
+    staged = groupnorm_staged_kernel(dtype, vec, k)
+    if (stage_sms > 0 and block > GROUPNORM_STAGE_THREADS and GROUPNORM_STAGED_KS.get(vec) == k
+            and groupnorm_smem(staged, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM):
+        return staged, min(rows, stage_sms), block
     return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
 
 
@@ -951,43 +975,48 @@ def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
     return [(k, _ceil_div(_ceil_div(nv, k // vec), 32) * 32) for k in GROUPNORM_KS[vec]]
 
 
-def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0) -> list[tuple[str, int, int]]:
-    """Every register-path launch (kernel name, grid, block) of the vector packs that holds
-    ``rows`` groups of ``cols`` elements in at most 1024 threads: each K with the fewest threads
-    that cover a group, and with ``stage_sms`` its staged launch where there is one (the policy
-    picks one; the benchmark's sweep times all)."""
+def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
+                         smem_optin: int = 0) -> list[tuple[str, int, int]]:  # fmt: skip
+    """Every launch (kernel name, grid, block) of the vector packs that holds ``rows`` groups of
+    ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
+    its staged launch where there is one, and the wide launch where no K holds the group (the
+    device as in groupnorm_plan; the policy picks one, the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
         return []
+    room = smem_optin - GROUPNORM_STATIC_SMEM
     out = []
     for k, block in groupnorm_blocks(vec, cols):
         if block <= GROUPNORM_THREADS:
             out.append((groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block))
-            if stage_sms > 0 and GROUPNORM_STAGED_KS.get(vec) == k:
-                out.append((groupnorm_staged_kernel(dtype, vec, k), min(rows, stage_sms), block))
+            staged = groupnorm_staged_kernel(dtype, vec, k)
+            if stage_sms > 0 and GROUPNORM_STAGED_KS.get(vec) == k and groupnorm_smem(staged, dtype, cols) <= room:
+                out.append((staged, min(rows, stage_sms), block))
+    wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
+    if not out and groupnorm_smem(wide, dtype, cols) <= room:
+        out.append((wide, min(rows, _INT_MAX), GROUPNORM_THREADS))
     return out
 
 
-def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int,
-                            vec_ok: bool = True, stage_sms: int = 0) -> tuple[str, int, int]:  # fmt: skip
+def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int, vec_ok: bool = True,
+                            stage_sms: int = 0, smem_optin: int = 0) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) the FusedGroupNorm plugin uses for x [n, channels, spatial]
-    (vec_ok: x and y 16-byte aligned; stage_sms as groupnorm_plan's)."""
+    (vec_ok: x and y 16-byte aligned; the device as in groupnorm_plan)."""
     if dtype not in GROUPNORM_DTYPES or groups <= 0 or channels % groups:
         raise ValueError(f"no groupnorm launch for {dtype}, {channels} channels in {groups} groups")
-    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok, stage_sms)
+    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok, stage_sms, smem_optin)
 
 
-def device_stage_sms(dtype: str, cols: int) -> int:
-    """CuPy's current device's SM count where it runs the staged GroupNorm kernels for groups of
-    ``cols`` elements (sm_90+, a group within its opt-in shared memory; NVRTC compiles for the
-    device itself), else 0: what the plugin's launcher asks of the CUDA runtime."""
+def device_groupnorm_limits() -> tuple[int, int]:
+    """(stage_sms, smem_optin) of CuPy's current device, as the plugin's launcher asks the CUDA
+    runtime: its SM count on sm_90+ (else 0), and the shared memory a CTA may opt in to.  (NVRTC
+    compiles the kernels for the device itself, so the staged ones are never empty builds.)"""
     import cupy  # noqa: PLC0415 - optional dependency
 
     dev = cupy.cuda.Device()
     attrs = dev.attributes
-    if int(dev.compute_capability) < 90 or cols * _ELEM_BYTES[dtype] > attrs["MaxSharedMemoryPerBlockOptin"]:
-        return 0
-    return int(attrs["MultiProcessorCount"])
+    sms = int(attrs["MultiProcessorCount"]) if int(dev.compute_capability) >= 90 else 0
+    return sms, int(attrs["MaxSharedMemoryPerBlockOptin"])
 
 
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
@@ -1001,7 +1030,7 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     aligned = x % 16 == 0 and y % 16 == 0
     cols = channels // groups * spatial
     name, grid, block = config or groupnorm_launch_config(
-        dtype, n, channels, groups, spatial, aligned, device_stage_sms(dtype, cols))
+        dtype, n, channels, groups, spatial, aligned, *device_groupnorm_limits())
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
     fn = module.get_function(name)
@@ -1012,20 +1041,20 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     return name
 
 
-def library_groupnorm_plan(
-    lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0
-) -> tuple[str, int, int] | None:
-    """The GroupNorm launch the built library would make (its exported ``fusion_groupnorm_plan``); no GPU needed."""
+def library_groupnorm_plan(lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,
+                           smem_optin: int = 0) -> tuple[str, int, int, int] | None:  # fmt: skip
+    """The GroupNorm launch (name, grid, block, shared memory bytes) the built library would make
+    (its exported ``fusion_groupnorm_plan``); no GPU needed."""
     fn = ctypes.CDLL(str(lib)).fusion_groupnorm_plan
     c = ctypes
-    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_int, c.c_char_p, c.c_int,
-                   c.POINTER(c.c_longlong), c.POINTER(c.c_int)]  # fmt: skip
+    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_int, c.c_int, c.c_char_p, c.c_int,
+                   c.POINTER(c.c_longlong), c.POINTER(c.c_int), c.POINTER(c.c_int)]  # fmt: skip
     fn.restype = c.c_int
     name = c.create_string_buffer(64)
-    grid, block = c.c_longlong(), c.c_int()
-    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), stage_sms, name, 64, c.byref(grid),
-            c.byref(block))  # fmt: skip
-    return None if rc != 0 else (name.value.decode(), grid.value, block.value)
+    grid, block, smem = c.c_longlong(), c.c_int(), c.c_int()
+    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), stage_sms, smem_optin, name, 64, c.byref(grid),
+            c.byref(block), c.byref(smem))  # fmt: skip
+    return None if rc != 0 else (name.value.decode(), grid.value, block.value, smem.value)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,7 @@
 // deviations from the mean: no cancellation for groups with a large mean); the last step
 // normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
 //
-// Three paths:
+// Four paths:
 //   reg    - the group held in registers: each thread caches K elements as K / VEC packs of T
 //            (fp16 stays packed, two per register), so x is read once and y written once.
 //            VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0
@@ -18,8 +18,10 @@
 //            memory while this one is reduced and written, so the SM reads and writes at
 //            once.  (Where two or more CTAs share an SM they overlap that way already, and
 //            staging measured slower.)  Same arithmetic as reg: the same outputs, bit for bit.
-//   loop   - any cols: three passes over the group (mean, squared deviations, normalize);
-//            passes 2 and 3 re-read it from L2.
+//   wide   - groups past the register cache (VEC packs): 1024 threads hold K elements each in
+//            registers and the rest in shared memory (up to the device's opt-in), x read once.
+//   loop   - any cols: three passes over the group (mean, squared deviations, normalize), in
+//            VEC packs or scalars; passes 2 and 3 re-read it (from L2 where it fits).
 #pragma once
 
 #include "common/bulkCopy.cuh"
@@ -192,40 +194,136 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
     }
 }
 
-// Groups too large for the register cache: reads each group three times (L2-resident).
-template <typename T>
+// Groups past the register cache (the "wide" path): the first N * blockDim packs of a row in
+// registers as in the reg path, the rest in dynamic shared memory, so x is still read once.
+// Each thread keeps its own tail packs (tid, tid + blockDim, ...), so the shared tail needs no
+// barrier: it is per-thread storage that stays on chip.  The launcher checks that the tail
+// fits the device's shared memory and that the head is full (nv > N * blockDim).
+template <typename T, int VEC, int K>
+__device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T const* __restrict__ gamma,
+    T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
+    int silu)
+{
+    constexpr int N = K / VEC;
+    using P = Pack<T, VEC>;
+    static_assert(VEC > 1, "the wide path moves vector packs");
+    __shared__ float buf[2][32];
+    extern __shared__ __align__(16) unsigned char wideTail[];
+    P* const tail = reinterpret_cast<P*>(wideTail);
+    int const perGroup = channels / groups;
+    int const cols = perGroup * spatial;
+    int const tid = threadIdx.x;
+    int const step = blockDim.x;
+    int const head = N * step;
+    int const tailPacks = cols / VEC - head;
+    unsigned const uspatial = static_cast<unsigned>(spatial);
+    bool const packChannel = spatial % VEC == 0;
+    float const inverseCols = 1.F / static_cast<float>(cols);
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
+    {
+        P const* xr = reinterpret_cast<P const*>(x + row * cols);
+        P* yr = reinterpret_cast<P*>(y + row * cols);
+        T const* gr = gamma + static_cast<int>(row % groups) * perGroup;
+        T const* br = beta + static_cast<int>(row % groups) * perGroup;
+        P cache[N];
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            cache[i] = xr[tid + i * step];
+        }
+#pragma unroll 4
+        for (int p = tid; p < tailPacks; p += step)
+        {
+            tail[p] = xr[head + p];
+        }
+        float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
+        float acc = 0.F;
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            acc += packSum(cache[i], pivot);
+        }
+        for (int p = tid; p < tailPacks; p += step)
+        {
+            acc += packSum(tail[p], pivot);
+        }
+        float const shift = blockSum(acc, buf[0]) * inverseCols;
+        float sq = 0.F;
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            sq += packSquares(cache[i], pivot, shift);
+        }
+        for (int p = tid; p < tailPacks; p += step)
+        {
+            sq += packSquares(tail[p], pivot, shift);
+        }
+        RowStats const s{pivot, shift, rsqrtf(blockSum(sq, buf[1]) * inverseCols + eps)};
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            int const idx = tid + i * step;
+            yr[idx] = groupNormPack<T, VEC>(cache[i], static_cast<unsigned>(idx) * VEC, s, gr, br, uspatial,
+                packChannel, silu);
+        }
+        for (int p = tid; p < tailPacks; p += step)
+        {
+            int const idx = head + p;
+            yr[idx] = groupNormPack<T, VEC>(tail[p], static_cast<unsigned>(idx) * VEC, s, gr, br, uspatial,
+                packChannel, silu);
+        }
+        __syncthreads(); // buf is rewritten by the next row
+    }
+}
+
+// Groups too large for the register cache (or the wide path's shared tail): reads each group
+// three times, in VEC packs (16-byte aligned rows) or scalars; passes 2 and 3 hit L2 where
+// the CTAs' groups fit it.
+template <typename T, int VEC>
 __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, long long spatial,
     float eps, int silu)
 {
+    using P = Pack<T, VEC>;
     __shared__ float buf[2][32];
     int const perGroup = channels / groups;
     long long const cols = static_cast<long long>(perGroup) * spatial;
+    long long const nv = cols / VEC;
     float const inverseCols = 1.F / static_cast<float>(cols);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
-        T const* xr = x + row * cols;
-        T* yr = y + row * cols;
-        int const firstChannel = static_cast<int>(row % groups) * perGroup;
-        float const pivot = toFloat(xr[0]);
+        P const* xr = reinterpret_cast<P const*>(x + row * cols);
+        P* yr = reinterpret_cast<P*>(y + row * cols);
+        T const* gr = gamma + static_cast<int>(row % groups) * perGroup;
+        T const* br = beta + static_cast<int>(row % groups) * perGroup;
+        float const pivot = toFloat(x[row * cols]);
         float s = 0.F;
-        for (long long i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll 4
+        for (long long i = threadIdx.x; i < nv; i += blockDim.x)
         {
-            s += toFloat(xr[i]) - pivot;
+            s += packSum(xr[i], pivot);
         }
         float const shift = blockSum(s, buf[0]) * inverseCols;
         float q = 0.F;
-        for (long long i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll 4
+        for (long long i = threadIdx.x; i < nv; i += blockDim.x)
         {
-            float const d = (toFloat(xr[i]) - pivot) - shift;
-            q += d * d;
+            q += packSquares(xr[i], pivot, shift);
         }
         RowStats const st{pivot, shift, rsqrtf(blockSum(q, buf[1]) * inverseCols + eps)};
-        for (long long i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll 2
+        for (long long i = threadIdx.x; i < nv; i += blockDim.x)
         {
-            int const c = firstChannel + static_cast<int>(i / spatial);
-            float const v = ChannelAffine<T>(st, toFloat(gamma[c]), toFloat(beta[c]))(toFloat(xr[i]), st);
-            yr[i] = fromFloat<T>(silu ? fusion_kernels::silu(v) : v);
+            P const in = xr[i];
+            P out;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+            {
+                int const c = static_cast<int>((i * VEC + e) / spatial);
+                float const v = ChannelAffine<T>(st, toFloat(gr[c]), toFloat(br[c]))(toFloat(in.v[e]), st);
+                out.v[e] = fromFloat<T>(silu ? fusion_kernels::silu(v) : v);
+            }
+            yr[i] = out;
         }
         __syncthreads(); // the next row writes buf again
     }
@@ -239,7 +337,9 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 //   fusion_groupnorm_reg_<dtype>_v<VEC>_k<K>      register path, K elements per thread
 //   fusion_groupnorm_staged_<dtype>_v<VEC>_k<K>   the same, rows staged (dynamic shared memory:
 //                                                 cols * sizeof(T) bytes; sm_90+)
-//   fusion_groupnorm_loop_<dtype>                 three-pass path, any cols
+//   fusion_groupnorm_wide_<dtype>_v<VEC>_k<K>     register head, shared tail (1024 threads; dynamic
+//                                                 shared memory: cols * sizeof(T) - 1024 * K * sizeof(T))
+//   fusion_groupnorm_loop_<dtype>_v<VEC>          three-pass path, any cols
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
 //
@@ -259,15 +359,25 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // address and channel), hence K <= 24 there.  fp16 K = 80 holds the largest SD-UNet group (320
 // channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
 // per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would spill), as
-// does the loop path.  Larger groups take the loop path.
+// does the scalar loop path (the vector one takes 64 registers: 32 spill its packs).  Larger
+// groups take the wide path where it fits, else the loop path.
 // Staging: where the pick's CTA has more than FUSION_GROUPNORM_STAGE_THREADS threads (it fills
 // an SM: 64 registers a thread), on sm_90+ with 16-byte packs, the staged kernel runs on a grid
 // of one CTA per SM instead.  Measured (kernels_groupnorm_sweep.json): fp32 16x320x64x64 0.89 ->
 // 0.93-0.94 of the same-bytes copy, with SiLU 0.86 -> 0.90-0.91; 2-4 CTAs an SM staged were
-// 1-15% slower than unstaged.  Only the largest K of each pack width can need that many threads.
+// 1-15% slower than unstaged, and fp16 K = 80 in 1024 threads (groups of 81920, SDXL's 640 x
+// 64 x 64) 0.834-0.844 against 0.856 (its staged build spills), so only fp32 K = 40 stages.
+// Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte
+// packs, where the tail fits the device's shared memory (H100: fp32 <= 98304, fp16 <= 196608):
+// K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%
+// slower).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the
+// copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch).
+// FUSION_GROUPNORM_STATIC_SMEM: what the opt-in must also leave for the kernels' static shared
+// memory (buf, the barrier).
 #define FUSION_GROUPNORM_THREADS 1024
 #define FUSION_GROUPNORM_TARGET_THREADS 256
 #define FUSION_GROUPNORM_STAGE_THREADS 512
+#define FUSION_GROUPNORM_STATIC_SMEM 1024
 #define FUSION_GROUPNORM_MIN_BLOCKS(VEC, K) ((K) <= 2 * (VEC) && (VEC) > 1 ? 2 : 1)
 
 #define FUSION_GROUPNORM_FOR_K_SCALAR(X, TN, T) X(TN, T, 1, 8) X(TN, T, 1, 16) X(TN, T, 1, 24)
@@ -276,16 +386,17 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 #define FUSION_GROUPNORM_FOR_K_V8(X, TN, T)                                                                        \
     X(TN, T, 8, 8) X(TN, T, 8, 16) X(TN, T, 8, 32) X(TN, T, 8, 48) X(TN, T, 8, 64) X(TN, T, 8, 80)
 
-// XK(tn, T, vec, k) for the register path, XL(tn, T) for the loop path.
+// XK(tn, T, vec, k) for the register path, XL(tn, T, vec) for the loop path.
 #define FUSION_GROUPNORM_KERNELS(XK, XL)                                                                           \
     FUSION_GROUPNORM_FOR_K_V4(XK, f32, float)                                                                      \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f32, float)                                                                  \
     FUSION_GROUPNORM_FOR_K_V8(XK, f16, __half)                                                                     \
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
-    XL(f32, float) XL(f16, __half)
+    XL(f32, float, 1) XL(f32, float, 4) XL(f16, __half, 1) XL(f16, __half, 8)
 
-// XS(tn, T, vec, k) for the staged kernels.
-#define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40) XS(f16, __half, 8, 80)
+// XS(tn, T, vec, k) for the staged kernels, XW(tn, T, vec, k) for the wide ones.
+#define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
+#define FUSION_GROUPNORM_WIDE_KERNELS(XW) XW(f32, float, 4, 32) XW(f16, __half, 8, 64)
 
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
     (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \
@@ -307,9 +418,17 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 
-#define FUSION_GROUPNORM_DEFINE_LOOP(TN, T)                                                                        \
-    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 2)                                     \
-        fusion_groupnorm_loop_##TN FUSION_GROUPNORM_PARAMS(T)                                                      \
+#define FUSION_GROUPNORM_DEFINE_WIDE(TN, T, VEC, K)                                                                \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 1)                                     \
+        fusion_groupnorm_wide_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                      \
     {                                                                                                              \
-        fusion_kernels::groupNormLoopRows<T>(x, gamma, beta, y, rows, channels, groups, spatial, eps, silu);      \
+        fusion_kernels::groupNormWideRows<T, VEC, K>(                                                              \
+            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
+    }
+
+#define FUSION_GROUPNORM_DEFINE_LOOP(TN, T, VEC)                                                                   \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, (VEC) > 1 ? 1 : 2)                     \
+        fusion_groupnorm_loop_##TN##_v##VEC FUSION_GROUPNORM_PARAMS(T)                                             \
+    {                                                                                                              \
+        fusion_kernels::groupNormLoopRows<T, VEC>(x, gamma, beta, y, rows, channels, groups, spatial, eps, silu); \
     }

@@ -11,24 +11,27 @@
 
 #define FUSION_GROUPNORM_DECLARE_K(TN, T, VEC, K)                                                                  \
     extern "C" __global__ void fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
-#define FUSION_GROUPNORM_DECLARE_LOOP(TN, T)                                                                       \
-    extern "C" __global__ void fusion_groupnorm_loop_##TN FUSION_GROUPNORM_PARAMS(T);
+#define FUSION_GROUPNORM_DECLARE_LOOP(TN, T, VEC)                                                                  \
+    extern "C" __global__ void fusion_groupnorm_loop_##TN##_v##VEC FUSION_GROUPNORM_PARAMS(T);
 #define FUSION_GROUPNORM_DECLARE_STAGED(TN, T, VEC, K)                                                             \
     extern "C" __global__ void fusion_groupnorm_staged_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
+#define FUSION_GROUPNORM_DECLARE_WIDE(TN, T, VEC, K)                                                               \
+    extern "C" __global__ void fusion_groupnorm_wide_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
 
 FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DECLARE_K, FUSION_GROUPNORM_DECLARE_LOOP)
 FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GROUPNORM_DECLARE_STAGED)
+FUSION_GROUPNORM_WIDE_KERNELS(FUSION_GROUPNORM_DECLARE_WIDE)
 
 namespace fusion
 {
 namespace
 {
 
-struct RegKernel
+struct KernelEntry
 {
     char const* type; // "f32" / "f16"
     int vec;
-    int k;
+    int k; // 0 for the loop kernels
     char const* name;
     void const* fn;
 };
@@ -37,18 +40,27 @@ struct RegKernel
 #define FUSION_GROUPNORM_ENTRY_K(TN, T, VEC, K)                                                                    \
     {#TN, VEC, K, "fusion_groupnorm_reg_" #TN "_v" #VEC "_k" #K,                                                   \
         reinterpret_cast<void const*>(&fusion_groupnorm_reg_##TN##_v##VEC##_k##K)},
-#define FUSION_GROUPNORM_NO_LOOP(TN, T)
-RegKernel const kRegKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_NO_LOOP)};
+#define FUSION_GROUPNORM_NO_LOOP(TN, T, VEC)
+#define FUSION_GROUPNORM_NO_K(TN, T, VEC, K)
+#define FUSION_GROUPNORM_ENTRY_LOOP(TN, T, VEC)                                                                    \
+    {#TN, VEC, 0, "fusion_groupnorm_loop_" #TN "_v" #VEC, reinterpret_cast<void const*>(&fusion_groupnorm_loop_##TN##_v##VEC)},
+KernelEntry const kKernelEntrys[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_ENTRY_K, FUSION_GROUPNORM_NO_LOOP)};
+KernelEntry const kLoopKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_NO_K, FUSION_GROUPNORM_ENTRY_LOOP)};
 #define FUSION_GROUPNORM_ENTRY_STAGED(TN, T, VEC, K)                                                               \
     {#TN, VEC, K, "fusion_groupnorm_staged_" #TN "_v" #VEC "_k" #K,                                                \
         reinterpret_cast<void const*>(&fusion_groupnorm_staged_##TN##_v##VEC##_k##K)},
-RegKernel const kStagedKernels[] = {FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GROUPNORM_ENTRY_STAGED)};
+KernelEntry const kStagedKernels[] = {FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GROUPNORM_ENTRY_STAGED)};
+#define FUSION_GROUPNORM_ENTRY_WIDE(TN, T, VEC, K)                                                                 \
+    {#TN, VEC, K, "fusion_groupnorm_wide_" #TN "_v" #VEC "_k" #K,                                                  \
+        reinterpret_cast<void const*>(&fusion_groupnorm_wide_##TN##_v##VEC##_k##K)},
+KernelEntry const kWideKernels[] = {FUSION_GROUPNORM_WIDE_KERNELS(FUSION_GROUPNORM_ENTRY_WIDE)};
 
-RegKernel const* findKernel(RegKernel const* begin, RegKernel const* end, char const* type, int64_t vec, int k)
+// The first kernel of [begin, end) for this type and pack width (K: any if 0).
+KernelEntry const* findKernel(KernelEntry const* begin, KernelEntry const* end, char const* type, int64_t vec, int k = 0)
 {
-    for (RegKernel const* kernel = begin; kernel != end; ++kernel)
+    for (KernelEntry const* kernel = begin; kernel != end; ++kernel)
     {
-        if (std::strcmp(kernel->type, type) == 0 && kernel->vec == vec && kernel->k == k)
+        if (std::strcmp(kernel->type, type) == 0 && kernel->vec == vec && (k == 0 || kernel->k == k))
         {
             return kernel;
         }
@@ -56,32 +68,38 @@ RegKernel const* findKernel(RegKernel const* begin, RegKernel const* end, char c
     return nullptr;
 }
 
-// The SM count where the current device runs the staged kernels (sm_90+, compiled for sm_90+:
-// an older build's PTX JIT-compiled here would have them empty), the shared memory a row needs
-// allowed; else 0.
-int stagingSms(void const* stagedKernel, int64_t rowBytes)
+// The current device's GroupNormDevice; {} where a query fails.
+GroupNormDevice currentDevice()
 {
     int device = 0;
     int major = 0;
     int sms = 0;
     int optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess
-        || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9
+        || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
         || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess
-        || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess
-        || rowBytes > optin)
+        || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
     {
-        return 0;
+        (void) cudaGetLastError();
+        return GroupNormDevice{};
     }
+    return GroupNormDevice{major >= 9 ? sms : 0, optin};
+}
+
+// Whether `kernel` may launch with `bytes` of dynamic shared memory (raising its limit once)
+// and was compiled for at least PTX `minPtx` (the staged kernels: an sm_80 build's PTX,
+// JIT-compiled on an sm_90 device, has them empty).
+bool allowSharedMemory(void const* kernel, int bytes, int minPtx)
+{
     cudaFuncAttributes attr{};
-    bool const ok = cudaFuncGetAttributes(&attr, stagedKernel) == cudaSuccess && attr.ptxVersion >= 90
-        && (attr.maxDynamicSharedSizeBytes >= rowBytes
-            || cudaFuncSetAttribute(stagedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess);
+    bool const ok = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= minPtx
+        && (attr.maxDynamicSharedSizeBytes >= bytes
+            || cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess);
     if (!ok)
     {
-        (void) cudaGetLastError(); // the unstaged kernel runs instead: leave no error behind
+        (void) cudaGetLastError(); // a kernel without shared memory runs instead: leave no error behind
     }
-    return ok ? sms : 0;
+    return ok;
 }
 
 int64_t threadsFor(int64_t packs, int64_t perThread)
@@ -91,7 +109,7 @@ int64_t threadsFor(int64_t packs, int64_t perThread)
 
 } // namespace
 
-NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, int stageSms)
+NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device)
 {
     NormPlan plan{};
     if (rows <= 0 || cols <= 0 || (type != ElemType::kFLOAT && type != ElemType::kHALF))
@@ -100,12 +118,15 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, in
     }
     bool const f32 = type == ElemType::kFLOAT;
     char const* typeName = f32 ? "f32" : "f16";
+    int64_t const elemBytes = f32 ? 4 : 2;
     int64_t const vecMax = f32 ? 4 : 8;
     int64_t const vec = (vecOk && cols % vecMax == 0) ? vecMax : 1;
     int64_t const nv = cols / vec;
+    int64_t const smemFree = device.smemOptin - FUSION_GROUPNORM_STATIC_SMEM;
+    plan.grid = rows > INT_MAX ? INT_MAX : rows; // rows are grid-strided
     // The smallest K whose CTA has at most TARGET threads, else the largest K within 1024.
-    RegKernel const* pick = nullptr;
-    for (RegKernel const& kernel : kRegKernels)
+    KernelEntry const* pick = nullptr;
+    for (KernelEntry const& kernel : kKernelEntrys)
     {
         if (std::strcmp(kernel.type, typeName) != 0 || kernel.vec != vec)
         {
@@ -122,32 +143,42 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, in
             }
         }
     }
-    RegKernel const* staged = nullptr;
-    if (pick != nullptr && stageSms > 0 && vec > 1 && plan.block > FUSION_GROUPNORM_STAGE_THREADS)
+    KernelEntry const* use = pick;
+    if (pick != nullptr && device.stageSms > 0 && vec > 1 && plan.block > FUSION_GROUPNORM_STAGE_THREADS
+        && cols * elemBytes <= smemFree)
     {
-        staged = findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k);
+        KernelEntry const* staged
+            = findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k);
+        if (staged != nullptr)
+        {
+            use = staged;
+            plan.grid = rows < device.stageSms ? rows : device.stageSms;
+            plan.smem = static_cast<int32_t>(cols * elemBytes);
+        }
     }
-    if (staged != nullptr)
+    else if (pick == nullptr && vec > 1)
     {
-        snprintf(plan.name, sizeof(plan.name), "%s", staged->name);
-        plan.kernel = staged->fn;
-        plan.grid = rows < stageSms ? rows : stageSms;
-        plan.smem = static_cast<int32_t>(cols * (f32 ? 4 : 2));
-        return plan;
+        KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
+        int64_t const tailBytes = wide == nullptr ? 0 : (nv - wide->k / vec * FUSION_GROUPNORM_THREADS) * 16;
+        if (wide != nullptr && tailBytes <= smemFree)
+        {
+            use = wide;
+            plan.block = FUSION_GROUPNORM_THREADS;
+            plan.smem = static_cast<int32_t>(tailBytes);
+        }
     }
-    if (pick != nullptr)
+    if (use != nullptr)
     {
-        snprintf(plan.name, sizeof(plan.name), "%s", pick->name);
-        plan.kernel = pick->fn;
+        snprintf(plan.name, sizeof(plan.name), "%s", use->name);
+        plan.kernel = use->fn;
     }
     else
     {
-        snprintf(plan.name, sizeof(plan.name), "fusion_groupnorm_loop_%s", typeName);
+        KernelEntry const* loop = findKernel(std::begin(kLoopKernels), std::end(kLoopKernels), typeName, vec);
+        snprintf(plan.name, sizeof(plan.name), "%s", loop->name);
         plan.block = FUSION_GROUPNORM_THREADS;
-        plan.kernel = f32 ? reinterpret_cast<void const*>(&fusion_groupnorm_loop_f32)
-                          : reinterpret_cast<void const*>(&fusion_groupnorm_loop_f16);
+        plan.kernel = loop->fn;
     }
-    plan.grid = rows > INT_MAX ? INT_MAX : rows; // rows are grid-strided
     return plan;
 }
 
@@ -171,17 +202,11 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
     }
     auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15U) == 0; };
     bool const vecOk = aligned(x) && aligned(y);
-    NormPlan plan = planGroupNorm(type, rows, cols, vecOk);
-    if (plan.block > FUSION_GROUPNORM_STAGE_THREADS)
+    NormPlan plan = planGroupNorm(type, rows, cols, vecOk, currentDevice());
+    bool const staged = std::strncmp(plan.name, "fusion_groupnorm_staged_", 24) == 0;
+    if (plan.smem > 0 && !allowSharedMemory(plan.kernel, plan.smem, staged ? 90 : 0))
     {
-        // A CTA fills the SM: staged where the device can.
-        int64_t const elemBytes = type == ElemType::kFLOAT ? 4 : 2;
-        NormPlan const staged = planGroupNorm(type, rows, cols, vecOk, 1);
-        int const sms = staged.smem > 0 ? stagingSms(staged.kernel, cols * elemBytes) : 0;
-        if (sms > 0)
-        {
-            plan = planGroupNorm(type, rows, cols, vecOk, sms);
-        }
+        plan = planGroupNorm(type, rows, cols, vecOk); // the kernels without shared memory
     }
     if (plan.kernel == nullptr)
     {
@@ -199,13 +224,13 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
 
 } // namespace fusion
 
-// C entry point for tests: the launch policy without a GPU (type: ElemType; stageSms as
-// planGroupNorm's).  Returns 0, or -1 if none.
+// C entry point for tests: the launch policy without a GPU (type: ElemType; stageSms and
+// smemOptin: a GroupNormDevice).  Returns 0, or -1 if none.
 extern "C" __attribute__((visibility("default"))) int fusion_groupnorm_plan(int type, long long rows, long long cols,
-    int vecOk, int stageSms, char* name, int nameCap, long long* grid, int* block)
+    int vecOk, int stageSms, int smemOptin, char* name, int nameCap, long long* grid, int* block, int* smem)
 {
-    fusion::NormPlan const plan
-        = fusion::planGroupNorm(static_cast<fusion::ElemType>(type), rows, cols, vecOk != 0, stageSms);
+    fusion::NormPlan const plan = fusion::planGroupNorm(
+        static_cast<fusion::ElemType>(type), rows, cols, vecOk != 0, fusion::GroupNormDevice{stageSms, smemOptin});
     if (plan.kernel == nullptr || name == nullptr || nameCap <= 0)
     {
         return -1;
@@ -213,5 +238,6 @@ extern "C" __attribute__((visibility("default"))) int fusion_groupnorm_plan(int 
     snprintf(name, static_cast<size_t>(nameCap), "%s", plan.name);
     *grid = plan.grid;
     *block = plan.block;
+    *smem = plan.smem;
     return 0;
 }

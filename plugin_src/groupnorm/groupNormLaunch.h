@@ -10,12 +10,18 @@
 namespace fusion
 {
 
+// What the device offers the GroupNorm kernels beyond the register path ({}: nothing).
+struct GroupNormDevice
+{
+    int stageSms;  // its SM count where it runs the staged kernels (sm_90+), else 0
+    int smemOptin; // the dynamic shared memory a CTA may opt in to (staged and wide kernels)
+};
+
 // Kernel, grid, block and shared memory for rows = N * G groups of cols elements: the register
-// path (staged on a grid of stageSms CTAs where a CTA fills an SM and stageSms > 0), else the
-// loop path; groupNormKernels.cuh has the policy.  vecOk: x and y are 16-byte aligned.
-// stageSms: the device's SM count where it can run the staged kernels, else 0.  Keep in sync
-// with fusion/plugins/library.py:groupnorm_plan (a test compares the two).
-NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, int stageSms = 0);
+// path (staged where a CTA fills an SM), else the wide path (a register head and a shared
+// tail), else the loop path; groupNormKernels.cuh has the policy.  vecOk: x and y are 16-byte
+// aligned.  Keep in sync with fusion/plugins/library.py:groupnorm_plan (a test compares them).
+NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device = {});
 
 // y = groupnorm(x) * gamma[c] + beta[c] (then SiLU if silu) for x [n, channels, spatial...].
 // Returns the launch error; cudaErrorInvalidValue for bad sizes or a type it has no kernel for.

@@ -1,6 +1,7 @@
 """The FusedGroupNorm kernels (the plugin's own source, via cupy.RawModule) against a float64
 NumPy reference: every register-path instantiation (each K, vector and scalar packs, fp32/fp16),
-the staged kernels (sm_90+; bit for bit the register path's outputs), unaligned pointers, odd sizes, spatial sizes that split a vector between channels, the loop
+the staged kernels (sm_90+; bit for bit the register path's outputs), the wide kernels (a
+register head and a shared tail), unaligned pointers, odd sizes, spatial sizes that split a vector between channels, the loop
 path for large groups, rank 2 and 5, a large mean, with and without the fused SiLU.  Skipped
 without CuPy and a GPU; tests/test_plugins.py checks (without a GPU) that CASES reach every
 kernel the library instantiates."""
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 from fusion.plugins.library import (
-    device_stage_sms, groupnorm_blocks, groupnorm_launch_config, groupnorm_reg_kernel, groupnorm_staged_kernel,
-    launch_groupnorm, load_kernel_module)  # fmt: skip
+    device_groupnorm_limits, groupnorm_blocks, groupnorm_launch_config, groupnorm_reg_kernel, groupnorm_staged_kernel,
+    groupnorm_wide_kernel, launch_groupnorm, load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
@@ -30,10 +31,11 @@ CASES = [
     ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
     ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads; staged) / v8_k80
     ((200, 24, 32, 32), 1, 0),  # cols 24576: v4_k40 in 640 threads (staged: 200 rows > SMs) / v8_k80
-    ((1, 80, 32, 32), 1, 0),  # cols 81920: loop / v8_k80 in 1024 threads (staged)
+    ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: wide_k32 / v8_k80 in 1024 threads
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
-    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: loop / v8_k80
-    ((1, 64, 64, 64), 2, 0),  # cols 131072: loop
+    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / v8_k80
+    ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
+    ((1, 64, 64, 64), 2, 0),  # cols 131072: loop (a 384 KB tail) / wide_k64 (128 KB)
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
     ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k4 / v8_k8, packs span channels
     ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k4 / v8_k8 (fp16 packs span channels)
@@ -45,7 +47,7 @@ CASES = [
     ((1, 96, 16, 16), 1, 1),  # unaligned, cols 24576: v1_k24 (the scalar path's largest)
     ((2, 5, 5005), 1, 0),  # cols 25025, odd, > 1024 x 24: loop
     ((1, 32, 100, 100), 4, 1),  # unaligned, cols 80000: loop
-    ((1, 32, 96, 96), 1, 0),  # one group of 295k elements: the loop path's grid-stride loops
+    ((1, 32, 96, 96), 1, 0),  # one group of 295k elements: the loop path's grid-stride loops (both)
 ]
 
 
@@ -54,16 +56,15 @@ def case_id(case) -> str:
     return f"{'x'.join(map(str, shape))}_g{groups}" + (f"_off{offset}" if offset else "")
 
 
-def planned(dtype: str, case, stage_sms: int | None = None) -> str:
+def planned(dtype: str, case, device: tuple[int, int] | None = None) -> str:
     """The kernel the launch policy picks for a case (offset elements past an aligned base) on a
-    device that stages on ``stage_sms`` SMs (None: CuPy's current device)."""
+    device (stage_sms, smem_optin) (None: CuPy's current device)."""
     shape, groups, offset = case
     spatial = int(np.prod(shape[2:], dtype=np.int64))
-    if stage_sms is None:
-        stage_sms = device_stage_sms(dtype, shape[1] // groups * spatial)
     itemsize = np.dtype(dtype).itemsize
     aligned = (offset * itemsize) % 16 == 0
-    return groupnorm_launch_config(dtype, shape[0], shape[1], groups, spatial, aligned, stage_sms)[0]
+    device = device_groupnorm_limits() if device is None else device
+    return groupnorm_launch_config(dtype, shape[0], shape[1], groups, spatial, aligned, *device)[0]
 
 
 def reference(x, g, b, groups, eps, silu):
@@ -153,7 +154,7 @@ def test_groupnorm_silu_far_from_zero(cp, module, dtype):
 
 STRIDED = [("float32", 4, 40, False), ("float32", 4, 16, False), ("float32", 4, 4, False),
            ("float16", 8, 80, False), ("float16", 8, 48, False), ("float16", 8, 16, False),
-           ("float32", 1, 24, False), ("float32", 4, 40, True), ("float16", 8, 80, True)]  # fmt: skip
+           ("float32", 1, 24, False), ("float32", 4, 40, True)]  # fmt: skip
 
 
 def needs_staging(cp) -> None:
@@ -189,12 +190,11 @@ def test_groupnorm_rows_grid_strided(cp, module, kernel):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("silu", [False, True])
-@pytest.mark.parametrize("dtype", sorted(TOL))
-def test_groupnorm_staged_is_the_register_path_bit_for_bit(cp, module, dtype, silu):
+def test_groupnorm_staged_is_the_register_path_bit_for_bit(cp, module, silu):
     """Staging changes where a row waits, not what is computed: outputs equal the register
     path's exactly, on one CTA, a few, one per SM and one per row."""
     needs_staging(cp)
-    vec, k = (4, 40) if dtype == "float32" else (8, 80)
+    dtype, vec, k = "float32", 4, 40
     shape, groups = (40, 64, 32, 32), 2  # 80 groups of 32768: > 512 threads at the largest K
     cols = shape[1] // groups * 32 * 32
     block = dict(groupnorm_blocks(vec, cols))[k]
@@ -214,6 +214,32 @@ def test_groupnorm_staged_is_the_register_path_bit_for_bit(cp, module, dtype, si
     assert np.all(np.isfinite(want))
     for grid in (1, 3, 79, 80):
         np.testing.assert_array_equal(run(groupnorm_staged_kernel(dtype, vec, k), grid), want, err_msg=str(grid))
+
+
+WIDE = [("float32", 4, 32), ("float16", 8, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", WIDE, ids=[f"{d}_v{v}_k{k}" for d, v, k in WIDE])
+def test_groupnorm_wide_rows_grid_strided(cp, module, kernel):
+    """The wide path on fewer CTAs than groups: each CTA reuses its shared tail row after row;
+    a tail of one pack less than the threads, so some threads hold none."""
+    dtype, vec, k = kernel
+    cols = (k // vec * 1024 + 1023) * vec
+    shape, groups = (5, 2 * cols // 1024, 1024), 2  # 10 groups of cols
+    name = groupnorm_wide_kernel(dtype, vec, k)
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(shape) * 3 + 7).astype(dtype)
+    g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
+    atol, rtol = TOL[dtype]
+    for grid in (1, 3, 10):
+        dy = cp.full(shape, np.nan, dtype=dtype)
+        launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1],
+                         groups, 1024, 1e-5, True, (name, grid, 1024))  # fmt: skip
+        got = cp.asnumpy(dy).astype(np.float64)
+        np.testing.assert_allclose(got, reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol, err_msg=str(grid))
 
 
 def test_groupnorm_empty_batch_launches_nothing():
