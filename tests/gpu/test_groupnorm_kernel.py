@@ -225,8 +225,10 @@ def test_groupnorm_wide_rows_grid_strided(cp, module, kernel):
     """The wide path on fewer CTAs than groups: each CTA reuses its shared tail row after row;
     a tail of one pack less than the threads, so some threads hold none."""
     dtype, vec, k = kernel
-    cols = (k // vec * 1024 + 1023) * vec
-    shape, groups = (5, 2 * cols // 1024, 1024), 2  # 10 groups of cols
+    # 10 groups of vec channels x 9215: (k / vec * 1024 + 1023) packs, 1023 of them in the tail
+    # (k / vec = 8 for both), and packs that span two channels (9215 % vec != 0).
+    assert k // vec == 8
+    shape, groups = (5, 2 * vec, 9215), 2
     name = groupnorm_wide_kernel(dtype, vec, k)
     rng = np.random.default_rng(4)
     x = (rng.standard_normal(shape) * 3 + 7).astype(dtype)
@@ -237,7 +239,7 @@ def test_groupnorm_wide_rows_grid_strided(cp, module, kernel):
     for grid in (1, 3, 10):
         dy = cp.full(shape, np.nan, dtype=dtype)
         launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1],
-                         groups, 1024, 1e-5, True, (name, grid, 1024))  # fmt: skip
+                         groups, 9215, 1e-5, True, (name, grid, 1024))  # fmt: skip
         got = cp.asnumpy(dy).astype(np.float64)
         np.testing.assert_allclose(got, reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol, err_msg=str(grid))
 
