@@ -1,0 +1,116 @@
+"""A model of SDXL-sized GroupNorms, one per FusedGroupNorm kernel path, for checks inside
+TensorRT engines (bench/run_gpu_groupnorm_paths.sh runs the whole thing on the GPU machine).
+
+    python bench/groupnorm_paths.py model DIR     # DIR/gn.onnx (torch export, opset 17) and
+                                                  # DIR/gn_fused.onnx (the groupnorm pass, target plugin)
+    python bench/groupnorm_paths.py collect DIR --trt-version V [--out FILE]
+                                                  # DIR/verify_{fp32,fp16}.json -> one results file
+
+Three inputs of batch 2, each through GroupNorm(32) (+ SiLU on two): 320 x 64 x 64 (fp32: the
+staged kernel on sm_90+), 640 x 64 x 64 (fp32: the wide kernel; fp16: the register path in 1024
+threads) and 320 x 128 x 128 (fp32: the loop path, its 640 KB groups past the shared memory;
+fp16: the wide kernel).  The original's engine needs TensorRT's InstanceNormalization plugin,
+which runs through cuDNN (a stub in our TensorRT 8.5 bundle), so the check is accuracy only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.bench_kernels import commit_info  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "trt_groupnorm_paths.json"
+SHAPES = {"a": (2, 320, 64, 64), "b": (2, 640, 64, 64), "c": (2, 320, 128, 128)}
+PATHS = {  # the kernel each output's GroupNorm takes on an H100, by precision
+    "ya": {"fp32": "fusion_groupnorm_staged_f32_v4_k40", "fp16": "fusion_groupnorm_reg_f16_v8_k80"},
+    "yb": {"fp32": "fusion_groupnorm_wide_f32_v4_k32", "fp16": "fusion_groupnorm_reg_f16_v8_k80"},
+    "yc": {"fp32": "fusion_groupnorm_loop_f32_v4", "fp16": "fusion_groupnorm_wide_f16_v8_k64"},
+}
+
+
+def export_model(path: Path) -> None:
+    import torch  # noqa: PLC0415 - the GPU machine's python3 has it
+
+    torch.manual_seed(0)
+
+    class Blocks(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.g1, self.g2, self.g3 = (torch.nn.GroupNorm(32, c) for c in (320, 640, 320))
+            for g in (self.g1, self.g2, self.g3):
+                torch.nn.init.uniform_(g.weight, 0.5, 1.5)
+                torch.nn.init.uniform_(g.bias, -0.5, 0.5)
+
+        def forward(self, a, b, c):  # noqa: ANN001, ANN202
+            silu = torch.nn.functional.silu
+            return silu(self.g1(a)), self.g2(b), silu(self.g3(c))
+
+    args = tuple(torch.randn(*s) for s in SHAPES.values())
+    torch.onnx.export(Blocks(), args, str(path), opset_version=17, input_names=list(SHAPES),
+                      output_names=list(PATHS), dynamo=False)  # fmt: skip
+
+
+def make_models(out: Path) -> None:
+    import onnx  # noqa: PLC0415
+
+    import fusion  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    export_model(out / "gn.onnx")
+    result = fusion.run(onnx.load(out / "gn.onnx"), ["groupnorm"], target="plugin")
+    if result.counts() != {"groupnorm": 3}:
+        raise SystemExit(f"expected 3 GroupNorm fusions, got {result.counts()}")
+    onnx.save(result.model, out / "gn_fused.onnx")
+
+
+def collect(src: Path, trt_version: str, out: Path) -> dict:
+    runs = {}
+    for precision in ("fp32", "fp16"):
+        report = json.loads((src / f"verify_{precision}.json").read_text())
+        runs[precision] = {"passed": report["passed"], "max_abs": report["max_abs"],
+                           "outputs": [{"output": c["output"], "kernel": PATHS[c["output"]][precision],
+                                        "max_abs": c["max_abs"], "atol": c["atol"], "rtol": c["rtol"],
+                                        "passed": c["passed"]} for c in report["checks"]]}  # fmt: skip
+    data = {"meta": {**commit_info(), "device": _device(), "trt_version": trt_version,
+                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                     "shapes": SHAPES, "note": __doc__.split("\n\n")[2].replace("\n", " ")},
+            "runs": runs}  # fmt: skip
+    out.write_text(json.dumps(data, indent=1))
+    return data
+
+
+def _device() -> str:
+    try:
+        import torch  # noqa: PLC0415
+
+        return torch.cuda.get_device_name()
+    except Exception:  # noqa: BLE001 - the name is a label, not a requirement
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("model").add_argument("dir", type=Path)
+    c = sub.add_parser("collect")
+    c.add_argument("dir", type=Path)
+    c.add_argument("--trt-version", required=True)
+    c.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.cmd == "model":
+        make_models(args.dir)
+    else:
+        data = collect(args.dir, args.trt_version, args.out)
+        print(json.dumps({p: (r["passed"], r["max_abs"]) for p, r in data["runs"].items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
