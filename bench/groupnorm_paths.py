@@ -3,7 +3,7 @@ TensorRT engines (bench/run_gpu_groupnorm_paths.sh runs the whole thing on the G
 
     python bench/groupnorm_paths.py model DIR     # DIR/gn.onnx (torch export, opset 17) and
                                                   # DIR/gn_fused.onnx (the groupnorm pass, target plugin)
-    python bench/groupnorm_paths.py collect DIR --trt-version V [--out FILE]
+    python bench/groupnorm_paths.py collect DIR --trt-version V [--out FILE] [--device NAME]
                                                   # DIR/verify_{fp32,fp16}.json -> one results file
 
 Three inputs of batch 2, each through GroupNorm(32) (+ SiLU on two): 320 x 64 x 64 (fp32: the
@@ -28,7 +28,7 @@ from bench.bench_kernels import commit_info  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "trt_groupnorm_paths.json"
 SHAPES = {"a": (2, 320, 64, 64), "b": (2, 640, 64, 64), "c": (2, 320, 128, 128)}
-PATHS = {  # the kernel each output's GroupNorm takes on an H100, by precision
+PATHS = {  # the kernel each output's GroupNorm takes on an H100, by the plugin layer's precision
     "ya": {"fp32": "fusion_groupnorm_staged_f32_v4_k40", "fp16": "fusion_groupnorm_reg_f16_v8_k80"},
     "yb": {"fp32": "fusion_groupnorm_wide_f32_v4_k32", "fp16": "fusion_groupnorm_reg_f16_v8_k80"},
     "yc": {"fp32": "fusion_groupnorm_loop_f32_v4", "fp16": "fusion_groupnorm_wide_f16_v8_k64"},
@@ -70,17 +70,22 @@ def make_models(out: Path) -> None:
     onnx.save(result.model, out / "gn_fused.onnx")
 
 
-def collect(src: Path, trt_version: str, out: Path) -> dict:
+def collect(src: Path, trt_version: str, out: Path, device: str | None = None) -> dict:
+    """The two verify reports as one results file.  In an fp16 build TensorRT picks each plugin
+    layer's precision: an output whose error equals the fp32 build's ran in fp32 there."""
+    reports = {p: json.loads((src / f"verify_{p}.json").read_text()) for p in ("fp32", "fp16")}
+    fp32_err = {c["output"]: c["max_abs"] for c in reports["fp32"]["checks"]}
     runs = {}
-    for precision in ("fp32", "fp16"):
-        report = json.loads((src / f"verify_{precision}.json").read_text())
-        runs[precision] = {"passed": report["passed"], "max_abs": report["max_abs"],
-                           "outputs": [{"output": c["output"], "kernel": PATHS[c["output"]][precision],
-                                        "max_abs": c["max_abs"], "atol": c["atol"], "rtol": c["rtol"],
-                                        "passed": c["passed"]} for c in report["checks"]]}  # fmt: skip
-    data = {"meta": {**commit_info(), "device": _device(), "trt_version": trt_version,
+    for precision, report in reports.items():
+        outputs = []
+        for c in report["checks"]:
+            ran = "fp32" if precision == "fp32" or c["max_abs"] == fp32_err.get(c["output"]) else "fp16"
+            outputs.append({"output": c["output"], "plugin_ran_in": ran, "kernel": PATHS[c["output"]][ran],
+                            "max_abs": c["max_abs"], "atol": c["atol"], "rtol": c["rtol"], "passed": c["passed"]})
+        runs[precision] = {"passed": report["passed"], "max_abs": report["max_abs"], "outputs": outputs}
+    data = {"meta": {**commit_info(), "device": device or _device(), "trt_version": trt_version,
                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                     "shapes": SHAPES, "note": __doc__.split("\n\n")[2].replace("\n", " ")},
+                     "shapes": {k: list(v) for k, v in SHAPES.items()}, "note": __doc__.split("\n\n")[2].replace("\n", " ")},
             "runs": runs}  # fmt: skip
     out.write_text(json.dumps(data, indent=1))
     return data
@@ -103,11 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("dir", type=Path)
     c.add_argument("--trt-version", required=True)
     c.add_argument("--out", type=Path, default=RESULTS)
+    c.add_argument("--device", help="the GPU's name (default: torch's)")
     args = ap.parse_args(argv)
     if args.cmd == "model":
         make_models(args.dir)
     else:
-        data = collect(args.dir, args.trt_version, args.out)
+        data = collect(args.dir, args.trt_version, args.out, args.device)
         print(json.dumps({p: (r["passed"], r["max_abs"]) for p, r in data["runs"].items()}))
     return 0
 
