@@ -1,6 +1,6 @@
 // GroupNorm forward on NC* tensors: one CTA per (n, group), rows grid-strided.  A group's
 // C / G channels are contiguous (cols = C / G * spatial elements), so each group is a row of
-// [N * G, cols]; the channel of element i of a row is firstChannel + i / spatial.
+// [N * G, cols]; element i of a row is in its group's channel i / spatial.
 //
 // Device code only, no TensorRT: the same source compiles under nvcc (plugin library) and
 // NVRTC (cupy.RawModule, tests/gpu).  Statistics in fp32, two-pass (common/normKernels.cuh
@@ -97,6 +97,27 @@ __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, un
     }
     return out;
 }
+
+// Row `row`'s x and y packs and its group's gamma and beta (perGroup channels from its first),
+// for the wide and loop paths.  (The reg path keeps its own arithmetic: held in this struct,
+// the pointers cost the scalar K = 24 build 32 bytes of spills.)
+template <typename T, int VEC>
+struct GroupRow
+{
+    Pack<T, VEC> const* x;
+    Pack<T, VEC>* y;
+    T const* gamma;
+    T const* beta;
+
+    __device__ __forceinline__ GroupRow(T const* x0, T* y0, T const* gamma0, T const* beta0, long long row,
+        long long cols, int groups, int perGroup)
+        : x(reinterpret_cast<Pack<T, VEC> const*>(x0 + row * cols))
+        , y(reinterpret_cast<Pack<T, VEC>*>(y0 + row * cols))
+        , gamma(gamma0 + static_cast<int>(row % groups) * perGroup)
+        , beta(beta0 + static_cast<int>(row % groups) * perGroup)
+    {
+    }
+};
 
 // The group of each row cached in registers: K elements (K / VEC packs) per thread.
 template <typename T, int VEC, int K, bool STAGED = false>
@@ -221,20 +242,17 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     float const inverseCols = 1.F / static_cast<float>(cols);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
-        P const* xr = reinterpret_cast<P const*>(x + row * cols);
-        P* yr = reinterpret_cast<P*>(y + row * cols);
-        T const* gr = gamma + static_cast<int>(row % groups) * perGroup;
-        T const* br = beta + static_cast<int>(row % groups) * perGroup;
+        GroupRow<T, VEC> const r(x, y, gamma, beta, row, cols, groups, perGroup);
         P cache[N];
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
-            cache[i] = xr[tid + i * step];
+            cache[i] = r.x[tid + i * step];
         }
 #pragma unroll 4
         for (int p = tid; p < tailPacks; p += step)
         {
-            tail[p] = xr[head + p];
+            tail[p] = r.x[head + p];
         }
         float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
         float acc = 0.F;
@@ -263,13 +281,13 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
         for (int i = 0; i < N; ++i)
         {
             int const idx = tid + i * step;
-            yr[idx] = groupNormPack<T, VEC>(cache[i], static_cast<unsigned>(idx) * VEC, s, gr, br, uspatial,
+            r.y[idx] = groupNormPack<T, VEC>(cache[i], static_cast<unsigned>(idx) * VEC, s, r.gamma, r.beta, uspatial,
                 packChannel, silu);
         }
         for (int p = tid; p < tailPacks; p += step)
         {
             int const idx = head + p;
-            yr[idx] = groupNormPack<T, VEC>(tail[p], static_cast<unsigned>(idx) * VEC, s, gr, br, uspatial,
+            r.y[idx] = groupNormPack<T, VEC>(tail[p], static_cast<unsigned>(idx) * VEC, s, r.gamma, r.beta, uspatial,
                 packChannel, silu);
         }
         __syncthreads(); // buf is rewritten by the next row
@@ -292,38 +310,35 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
     float const inverseCols = 1.F / static_cast<float>(cols);
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
-        P const* xr = reinterpret_cast<P const*>(x + row * cols);
-        P* yr = reinterpret_cast<P*>(y + row * cols);
-        T const* gr = gamma + static_cast<int>(row % groups) * perGroup;
-        T const* br = beta + static_cast<int>(row % groups) * perGroup;
+        GroupRow<T, VEC> const r(x, y, gamma, beta, row, cols, groups, perGroup);
         float const pivot = toFloat(x[row * cols]);
         float s = 0.F;
 #pragma unroll 4
         for (long long i = threadIdx.x; i < nv; i += blockDim.x)
         {
-            s += packSum(xr[i], pivot);
+            s += packSum(r.x[i], pivot);
         }
         float const shift = blockSum(s, buf[0]) * inverseCols;
         float q = 0.F;
 #pragma unroll 4
         for (long long i = threadIdx.x; i < nv; i += blockDim.x)
         {
-            q += packSquares(xr[i], pivot, shift);
+            q += packSquares(r.x[i], pivot, shift);
         }
         RowStats const st{pivot, shift, rsqrtf(blockSum(q, buf[1]) * inverseCols + eps)};
 #pragma unroll 2
         for (long long i = threadIdx.x; i < nv; i += blockDim.x)
         {
-            P const in = xr[i];
+            P const in = r.x[i];
             P out;
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
             {
                 int const c = static_cast<int>((i * VEC + e) / spatial);
-                float const v = ChannelAffine<T>(st, toFloat(gr[c]), toFloat(br[c]))(toFloat(in.v[e]), st);
+                float const v = ChannelAffine<T>(st, toFloat(r.gamma[c]), toFloat(r.beta[c]))(toFloat(in.v[e]), st);
                 out.v[e] = fromFloat<T>(silu ? fusion_kernels::silu(v) : v);
             }
-            yr[i] = out;
+            r.y[i] = out;
         }
         __syncthreads(); // the next row writes buf again
     }

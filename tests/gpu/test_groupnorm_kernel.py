@@ -171,19 +171,25 @@ def test_groupnorm_rows_grid_strided(cp, module, kernel):
     dtype, vec, k, staged = kernel
     if staged:
         needs_staging(cp)
-    shape, groups = (3, 320, 16, 16), 32  # 96 groups of 2560
-    block = dict(groupnorm_blocks(vec, 2560))[k]
     name = (groupnorm_staged_kernel if staged else groupnorm_reg_kernel)(dtype, vec, k)
-    rng = np.random.default_rng(2)
+    block = dict(groupnorm_blocks(vec, 2560))[k]
+    check_grids(cp, module, dtype, (3, 320, 16, 16), 32, name, block, (1, 5, 95), seed=2)  # 96 groups of 2560
+
+
+def check_grids(cp, module, dtype: str, shape: tuple, groups: int, name: str, block: int, grids: tuple,
+                seed: int) -> None:  # fmt: skip
+    """Launch `name` (with SiLU) on each grid and compare with the float64 reference."""
+    rng = np.random.default_rng(seed)
     x = (rng.standard_normal(shape) * 3 - 5).astype(dtype)
     g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
     b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
     dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
     atol, rtol = TOL[dtype]
-    for grid in (1, 5, 95):
+    for grid in grids:
         dy = cp.full(shape, np.nan, dtype=dtype)
         launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1],
-                         groups, 16 * 16, 1e-5, True, (name, grid, block))  # fmt: skip
+                         groups, spatial, 1e-5, True, (name, grid, block))  # fmt: skip
         got = cp.asnumpy(dy).astype(np.float64)
         np.testing.assert_allclose(got, reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol, err_msg=str(grid))
 
@@ -228,20 +234,8 @@ def test_groupnorm_wide_rows_grid_strided(cp, module, kernel):
     # 10 groups of vec channels x 9215: (k / vec * 1024 + 1023) packs, 1023 of them in the tail
     # (k / vec = 8 for both), and packs that span two channels (9215 % vec != 0).
     assert k // vec == 8
-    shape, groups = (5, 2 * vec, 9215), 2
-    name = groupnorm_wide_kernel(dtype, vec, k)
-    rng = np.random.default_rng(4)
-    x = (rng.standard_normal(shape) * 3 + 7).astype(dtype)
-    g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
-    b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
-    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
-    atol, rtol = TOL[dtype]
-    for grid in (1, 3, 10):
-        dy = cp.full(shape, np.nan, dtype=dtype)
-        launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1],
-                         groups, 9215, 1e-5, True, (name, grid, 1024))  # fmt: skip
-        got = cp.asnumpy(dy).astype(np.float64)
-        np.testing.assert_allclose(got, reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol, err_msg=str(grid))
+    check_grids(cp, module, dtype, (5, 2 * vec, 9215), 2, groupnorm_wide_kernel(dtype, vec, k), 1024, (1, 3, 10),
+                seed=4)  # fmt: skip
 
 
 def test_groupnorm_empty_batch_launches_nothing():
