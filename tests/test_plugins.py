@@ -202,7 +202,8 @@ def test_launch_policy_paths():
 # (stage_sms, smem_optin): no extras; an H100 (sm_90); an A100 (sm_80, 163 KB opt-in); an RTX 3090 (99 KB).
 DEVICES = ((0, 0), (132, 232448), (0, 166912), (0, 101376))
 GN_COLS = (1, 4, 42, 128, 255, 256, 2048, 2560, 4096, 6144, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
-           36864, 40960, 40961, 40964, 41984, 81920, 131072, 294912)  # fmt: skip
+           36864, 40960, 40961, 40964, 41984, 81920, 131072, 163840, 294912, 327680, 327684, 524288, 655360,
+           655368)  # fmt: skip
 
 
 @needs_nvcc
@@ -253,19 +254,30 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_staged_f32_v4_k40", 132, 1024)
     assert cfg("float32", 1, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_staged_f32_v4_k40", 32, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
-    assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
-    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
+    # (an sm_90 device whose shared memory cannot stage the group spreads it over a cluster)
+    assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_cluster_f32_v4_k40_c4", 2048,
+                                                                        256)  # fmt: skip
+    assert cfg("float16", 1, 1, 1, 81920, True, *a100) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
     assert cfg("float32", 8, 640, 32, 32 * 32, True, *h100) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 512)
     assert cfg("float16", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
     assert cfg("float32", 16, 320, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"
     assert cfg("float32", 1, 96, 1, 256, False, *h100)[0] == "fusion_groupnorm_reg_f32_v1_k24"
-    # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:
-    # 81920 - 32768 in 192 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB), else the loop.
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 256, 1024)
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"
-    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 1024)
-    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100)[0] == "fusion_groupnorm_loop_f32_v4"  # 384 KB tail
+    # Clusters (sm_90+): where one CTA needs more than 512 threads and does not stage, the
+    # smallest cluster whose CTAs hold the group in 512 threads, else the largest that holds it
+    # in 1024; the grid counts CTAs (SDXL's 640x64x64 and 320x128x128 groups; fp16 320x64x64
+    # stays one CTA of 512).
+    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c2", 2, 512)
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c4", 1024, 512)
+    assert cfg("float16", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c2", 512, 512)
+    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 512, 512)
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c4", 1024, 512)
+    assert cfg("float16", 1, 8, 1, 256 * 256, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c8", 8, 832)
+    assert cfg("float32", 1, 8, 1, 256 * 256, True, *h100)[0] == "fusion_groupnorm_loop_f32_v4"  # > 8 x 1024 x 40
     assert cfg("float32", 8, 640, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"  # scalar packs
+    # Wide (no clusters): past the registers, the tail in the opt-in shared memory, else the loop.
+    assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
+    assert cfg("float16", 2, 64, 2, 64 * 64, True, *a100) == ("fusion_groupnorm_wide_f16_v8_k64", 4, 1024)
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"  # 192 KB tail
     assert pl.groupnorm_smem("fusion_groupnorm_staged_f32_v4_k40", "float32", 40960) == 163840
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k32", "float32", 81920) == 196608
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 163840) == 196608
@@ -294,12 +306,16 @@ def _groupnorm_instantiations() -> set[str]:
         listed = body(f"FUSION_GROUPNORM_{kind.upper()}_KERNELS")
         names |= {f"fusion_groupnorm_{kind}_{tn}_v{vec}_k{k}"
                   for tn, vec, k in re.findall(rf"{x}\((\w+), \w+, (\d+), (\d+)\)", listed)}  # fmt: skip
+    listed = body("FUSION_GROUPNORM_CLUSTER_KERNELS")
+    names |= {f"fusion_groupnorm_cluster_{tn}_v{vec}_k{k}_c{cl}"
+              for tn, vec, k, cl in re.findall(r"XC\((\w+), \w+, (\d+), (\d+), (\d+)\)", listed)}  # fmt: skip
     return names
 
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (6 + 3 + 2 + 1) + 1, sorted(names)  # fp32 alone has a staged kernel
+    # fp32 alone has a staged kernel; clusters: fp32 of 4 and 8 CTAs, fp16 of 2, 4 and 8
+    assert len(names) == 2 * (6 + 3 + 2 + 1) + 1 + 5, sorted(names)
     picked = {pl.groupnorm_plan(dtype, 1, cols, vec, *device)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
               for vec in (True, False) for device in DEVICES}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists
@@ -310,7 +326,8 @@ def test_groupnorm_gpu_cases_reach_every_kernel():
     """tests/gpu/test_groupnorm_kernel.py's cases (run on the GPU) cover each instantiation."""
     from tests.gpu.test_groupnorm_kernel import CASES, TOL, planned
 
-    reached = {planned(dtype, case, device) for dtype in TOL for case in CASES for device in ((0, 0), (132, 232448))}
+    devices = ((0, 0), (132, 232448), (0, 166912))  # none, an H100, an A100 (the wide kernels)
+    reached = {planned(dtype, case, device) for dtype in TOL for case in CASES for device in devices}
     assert reached == _groupnorm_instantiations(), sorted(_groupnorm_instantiations() ^ reached)
 
 

@@ -824,10 +824,13 @@ def kernel_code(name: str) -> str:
 
 
 def load_kernel_module(name: str) -> Any:
-    """``cupy.RawModule`` of one kernel file (``kernel_sources()`` keys); needs CuPy and a GPU."""
+    """``cupy.RawModule`` of one kernel file (``kernel_sources()`` keys); needs CuPy and a GPU.
+    On sm_90+ the GroupNorm cluster kernels carry their cluster size (CuPy launches without one)."""
     import cupy  # noqa: PLC0415 - optional dependency
 
-    return cupy.RawModule(code=kernel_code(name), options=kernel_compile_options())
+    sm90 = int(cupy.cuda.Device().compute_capability) >= 90
+    static = ("-DFUSION_GROUPNORM_STATIC_CLUSTERS",) if sm90 else ()
+    return cupy.RawModule(code=kernel_code(name), options=kernel_compile_options() + static)
 
 
 def launch_norm(
@@ -906,6 +909,8 @@ GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 GROUPNORM_WIDE_KS = {4: 32, 8: 64}  # the wide kernels' K (register head) per pack width
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
+GROUPNORM_CLUSTER_KS = {4: 40, 8: 80}  # the cluster kernels' K per pack width
+GROUPNORM_CLUSTERS = {4: (4, 8), 8: (2, 4, 8)}  # their cluster sizes (CTAs a group) per pack width
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
 
@@ -923,6 +928,33 @@ def groupnorm_staged_kernel(dtype: str, vec: int, k: int) -> str:
 def groupnorm_wide_kernel(dtype: str, vec: int, k: int) -> str:
     """The wide kernel's name for a register head of K elements a thread (groupNormKernels.cuh)."""
     return f"fusion_groupnorm_wide_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}"
+
+
+def groupnorm_cluster_kernel(dtype: str, vec: int, k: int, cluster: int) -> str:
+    """The kernel spreading a group over ``cluster`` CTAs of K elements a thread (groupNormKernels.cuh)."""
+    return f"fusion_groupnorm_cluster_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}_c{cluster}"
+
+
+def groupnorm_cluster_size(name: str) -> int:
+    """CTAs per cluster of a GroupNorm kernel (1 but for the cluster kernels)."""
+    m = re.search(r"_cluster_\w+_c(\d+)$", name)
+    return int(m.group(1)) if m else 1
+
+
+def groupnorm_clusters(vec: int, cols: int) -> list[tuple[int, int]]:
+    """(cluster size, threads a CTA) of each cluster kernel of this pack width that holds a group
+    of ``cols`` elements in at most 1024 threads a CTA, cluster sizes ascending."""
+    k = GROUPNORM_CLUSTER_KS.get(vec)
+    if k is None:
+        return []
+    out = [(cl, _ceil_div(_ceil_div(_ceil_div(cols // vec, cl), k // vec), 32) * 32) for cl in GROUPNORM_CLUSTERS[vec]]
+    return [(cl, block) for cl, block in out if block <= GROUPNORM_THREADS]
+
+
+def _cluster_launch(dtype: str, vec: int, rows: int, cluster: int, block: int) -> tuple[str, int, int]:
+    """(name, grid in CTAs, block) of a cluster launch: rows go to clusters, grid-strided."""
+    name = groupnorm_cluster_kernel(dtype, vec, GROUPNORM_CLUSTER_KS[vec], cluster)
+    return name, min(rows, _INT_MAX // cluster) * cluster, block
 
 
 def groupnorm_smem(name: str, dtype: str, cols: int) -> int:
@@ -945,8 +977,10 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     fits ``smem_optin`` (the device's opt-in shared memory per CTA, less GROUPNORM_STATIC_SMEM);
     else the loop path.  A register-path CTA over 512 threads fills an SM: with ``stage_sms``
     (the device's SM count where it runs the staged kernels) and the group within the opt-in,
-    the staged kernel runs instead, on min(rows, stage_sms) CTAs.  ``groupnorm_smem`` gives the
-    launch's shared memory."""
+    the staged kernel runs instead, on min(rows, stage_sms) CTAs; where there is no staged
+    kernel, or no K holds the group, the smallest cluster (2, 4 or 8 CTAs a group, sm_90+) whose
+    CTAs hold it in at most 512 threads, else the largest that holds it in 1024 (the grid then
+    counts CTAs).  ``groupnorm_smem`` gives the launch's shared memory."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
@@ -954,18 +988,25 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     tag, vmax = GROUPNORM_DTYPES[dtype], _VEC_MAX[dtype]
     vec = vmax if vec_ok and cols % vmax == 0 else 1
     fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
-    if not fits:
-        if vec > 1:
-            wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
-            if groupnorm_smem(wide, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM:
-                return wide, min(rows, _INT_MAX), GROUPNORM_THREADS
-        return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
-    k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
+    k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1] if fits else (0, 0))
+    sm90 = stage_sms > 0 and vec > 1
+    if fits and block <= GROUPNORM_STAGE_THREADS:
+        return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
     staged = groupnorm_staged_kernel(dtype, vec, k)
-    if (stage_sms > 0 and block > GROUPNORM_STAGE_THREADS and GROUPNORM_STAGED_KS.get(vec) == k
+    if (fits and sm90 and GROUPNORM_STAGED_KS.get(vec) == k
             and groupnorm_smem(staged, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM):
         return staged, min(rows, stage_sms), block
-    return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
+    clusters = groupnorm_clusters(vec, cols) if sm90 else []
+    if clusters:
+        cl, cblock = next(((c, b) for c, b in clusters if b <= GROUPNORM_STAGE_THREADS), clusters[-1])
+        return _cluster_launch(dtype, vec, rows, cl, cblock)
+    if fits:
+        return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
+    if vec > 1:
+        wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
+        if groupnorm_smem(wide, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM:
+            return wide, min(rows, _INT_MAX), GROUPNORM_THREADS
+    return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
 
 
 def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
@@ -979,8 +1020,9 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
                          smem_optin: int = 0) -> list[tuple[str, int, int]]:  # fmt: skip
     """Every launch (kernel name, grid, block) of the vector packs that holds ``rows`` groups of
     ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
-    its staged launch where there is one, and the wide launch where no K holds the group (the
-    device as in groupnorm_plan; the policy picks one, the benchmark's sweep times all)."""
+    its staged launch where there is one, each cluster launch where no K holds the group in 512
+    threads (sm_90+), and the wide launch where no K holds it at all (the device as in
+    groupnorm_plan; the policy picks one, the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
         return []
@@ -992,8 +1034,11 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
             staged = groupnorm_staged_kernel(dtype, vec, k)
             if stage_sms > 0 and GROUPNORM_STAGED_KS.get(vec) == k and groupnorm_smem(staged, dtype, cols) <= room:
                 out.append((staged, min(rows, stage_sms), block))
+    if stage_sms > 0 and all(block > GROUPNORM_STAGE_THREADS for _, block in groupnorm_blocks(vec, cols)):
+        out += [_cluster_launch(dtype, vec, rows, cl, block) for cl, block in groupnorm_clusters(vec, cols)]
     wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
-    if not out and groupnorm_smem(wide, dtype, cols) <= room:
+    if all(block > GROUPNORM_THREADS for _, block in groupnorm_blocks(vec, cols)) and groupnorm_smem(
+            wide, dtype, cols) <= room:  # fmt: skip
         out.append((wide, min(rows, _INT_MAX), GROUPNORM_THREADS))
     return out
 

@@ -27,7 +27,8 @@ struct NormPlan
     char name[64];
     int64_t grid;
     int32_t block;
-    int32_t smem; // dynamic shared memory bytes (0 but for staged GroupNorm kernels)
+    int32_t smem;    // dynamic shared memory bytes (0 but for staged and wide GroupNorm kernels)
+    int32_t cluster; // CTAs per cluster where above 1 (GroupNorm's cluster kernels; grid counts CTAs)
 };
 
 // Kernel, grid and block for rows x cols.  vecOk: x, y, g, b are all 16-byte aligned.

@@ -20,12 +20,21 @@
 //            staging measured slower.)  Same arithmetic as reg: the same outputs, bit for bit.
 //   wide   - groups past the register cache (VEC packs): 1024 threads hold K elements each in
 //            registers and the rest in shared memory (up to the device's opt-in), x read once.
+//   cluster - reg with a group spread over a cluster of CL CTAs (sm_90+, VEC packs), for groups
+//            past one CTA's registers: x still read once; the CTAs add their sums through
+//            distributed shared memory.
 //   loop   - any cols: three passes over the group (mean, squared deviations, normalize), in
 //            VEC packs or scalars; passes 2 and 3 re-read it (from L2 where it fits).
 #pragma once
 
 #include "common/bulkCopy.cuh"
 #include "common/normKernels.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FUSION_GROUPNORM_HAS_CLUSTERS 1
+#else
+#define FUSION_GROUPNORM_HAS_CLUSTERS 0
+#endif
 
 namespace fusion_kernels
 {
@@ -119,21 +128,79 @@ struct GroupRow
     }
 };
 
-// The group of each row cached in registers: K elements (K / VEC packs) per thread.
-template <typename T, int VEC, int K, bool STAGED = false>
+// The sum of v over the CTA (CL == 1) or over the CL CTAs of its cluster (sm_90+): each CTA's
+// total goes to its own shared `slot`, and every thread adds the CL slots in rank order (the
+// same order everywhere, so the cluster's CTAs agree bit for bit).  Callers alternate two
+// bufs and two slots, so one cluster barrier per sum suffices: a CTA writes a slot again only
+// after the next sum's barrier, which every peer reaches after reading it.
+template <int CL>
+__device__ __forceinline__ float groupSum(float v, float* buf, float* slot)
+{
+    float const mine = blockSum(v, buf);
+    if constexpr (CL == 1)
+    {
+        return mine;
+    }
+    else
+    {
+#if FUSION_GROUPNORM_HAS_CLUSTERS
+        if (threadIdx.x == 0)
+        {
+            *slot = mine;
+        }
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); // the slot is written
+        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");   // so are the peers'
+        unsigned const local = static_cast<unsigned>(__cvta_generic_to_shared(slot));
+        float total = 0.F;
+#pragma unroll
+        for (int r = 0; r < CL; ++r)
+        {
+            unsigned remote = 0;
+            float part = 0.F;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(part) : "r"(remote) : "memory");
+            total += part;
+        }
+        return total;
+#else
+        __trap(); // the launcher runs cluster kernels only from sm_90+ builds
+        return mine;
+#endif
+    }
+}
+
+// Every CTA of the cluster has arrived here: none exits while a peer may still read its slots.
+template <int CL>
+__device__ __forceinline__ void clusterDone()
+{
+#if FUSION_GROUPNORM_HAS_CLUSTERS
+    if constexpr (CL > 1)
+    {
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    }
+#endif
+}
+
+// The group of each row cached in registers: K elements (K / VEC packs) per thread, spread
+// over a cluster of CL CTAs (CL == 1: one CTA).  Rows go to clusters, grid-strided; CTA rank r
+// of a cluster holds packs r * blockDim + tid + i * CL * blockDim.
+template <typename T, int VEC, int K, bool STAGED = false, int CL = 1>
 __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
     int silu)
 {
     static_assert(K % VEC == 0, "K must be a multiple of VEC");
+    static_assert(!(STAGED && CL > 1), "staging is for single CTAs");
     constexpr int N = K / VEC;
     using P = Pack<T, VEC>;
     __shared__ float buf[2][32];
+    __shared__ float slot[2]; // this CTA's sums, read by its cluster (CL > 1)
     int const perGroup = channels / groups;
-    int const cols = perGroup * spatial; // <= 1024 * K: the launcher checks
+    int const cols = perGroup * spatial; // <= CL * 1024 * K: the launcher checks
     int const nv = cols / VEC;
-    int const tid = threadIdx.x;
-    int const step = blockDim.x;
+    int const tid = static_cast<int>(blockIdx.x % CL) * blockDim.x + threadIdx.x;
+    int const step = CL * blockDim.x;
     unsigned const uspatial = static_cast<unsigned>(spatial);
     // Packs tid, tid + step, ... below nv are this thread's: the first `mine` of its N slots.
     // (One bound instead of N index compares keeps the predicates out of the register budget.)
@@ -156,7 +223,7 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
         __syncthreads();
     }
     unsigned parity = 0;
-    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
+    for (long long row = blockIdx.x / CL; row < rows; row += gridDim.x / CL)
     {
         P const* xr = reinterpret_cast<P const*>(x + row * cols);
         P* yr = reinterpret_cast<P*>(y + row * cols);
@@ -197,7 +264,7 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
         }
         // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
         RowStats const s = cachedStats<T, VEC, N, false>(
-            cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return blockSum(v, buf[k]); });
+            cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return groupSum<CL>(v, buf[k], &slot[k]); });
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
@@ -208,11 +275,14 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                     beta + firstChannel, uspatial, packChannel, silu);
             }
         }
-        if constexpr (!STAGED)
+        if constexpr (!STAGED && CL == 1)
         {
-            __syncthreads(); // buf is rewritten by the next row (STAGED: after the next row's barrier)
+            // buf is rewritten by the next row (STAGED: after the next row's barrier; CL > 1:
+            // after this row's cluster barriers, which every thread passed after reading it)
+            __syncthreads();
         }
     }
+    clusterDone<CL>();
 }
 
 // Groups past the register cache (the "wide" path): the first N * blockDim packs of a row in
@@ -354,6 +424,9 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 //                                                 cols * sizeof(T) bytes; sm_90+)
 //   fusion_groupnorm_wide_<dtype>_v<VEC>_k<K>     register head, shared tail (1024 threads; dynamic
 //                                                 shared memory: cols * sizeof(T) - 1024 * K * sizeof(T))
+//   fusion_groupnorm_cluster_<dtype>_v<VEC>_k<K>_c<CL>
+//                                                 register path over a cluster of CL CTAs (sm_90+;
+//                                                 the grid counts CTAs, CL per group)
 //   fusion_groupnorm_loop_<dtype>_v<VEC>          three-pass path, any cols
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
@@ -387,6 +460,11 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%
 // slower).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the
 // copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch).
+// Clusters: on sm_90+ with 16-byte packs, where one CTA would need more than
+// FUSION_GROUPNORM_STAGE_THREADS threads and does not stage, the group spreads over the smallest
+// cluster of 2, 4 or 8 CTAs that holds it in at most FUSION_GROUPNORM_STAGE_THREADS threads a
+// CTA (K = 40 / 80), so x is read once at any size up to 8 x 1024 x K; two cluster barriers a
+// row.  (Groups one CTA holds gain nothing from them: 0.82 against 0.89 for fp32 40960.)
 // FUSION_GROUPNORM_STATIC_SMEM: what the opt-in must also leave for the kernels' static shared
 // memory (buf, the barrier).
 #define FUSION_GROUPNORM_THREADS 1024
@@ -412,6 +490,12 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // XS(tn, T, vec, k) for the staged kernels, XW(tn, T, vec, k) for the wide ones.
 #define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
 #define FUSION_GROUPNORM_WIDE_KERNELS(XW) XW(f32, float, 4, 32) XW(f16, __half, 8, 64)
+// XC(tn, T, vec, k, cl) for the cluster kernels, by type, then cluster size ascending.  (fp32
+// has no cluster of 2: where 2 CTAs of 1024 threads hold a group, one CTA stages it instead,
+// or 4 CTAs hold it in 512 threads.)
+#define FUSION_GROUPNORM_CLUSTER_KERNELS(XC)                                                                       \
+    XC(f32, float, 4, 40, 4) XC(f32, float, 4, 40, 8)                                                              \
+    XC(f16, __half, 8, 80, 2) XC(f16, __half, 8, 80, 4) XC(f16, __half, 8, 80, 8)
 
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
     (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \
@@ -430,6 +514,23 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         fusion_groupnorm_staged_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                    \
     {                                                                                                              \
         fusion_kernels::groupNormRegRows<T, VEC, K, true>(                                                         \
+            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
+    }
+
+// The plugin library sets a launch's cluster size at run time (cudaLaunchKernelEx): its builds
+// for older GPUs cannot carry the attribute.  CuPy cannot launch with one, so NVRTC builds for
+// sm_90+ (fusion.plugins.library.load_kernel_module) define FUSION_GROUPNORM_STATIC_CLUSTERS.
+#ifdef FUSION_GROUPNORM_STATIC_CLUSTERS
+#define FUSION_GROUPNORM_CLUSTER_DIMS(CL) __cluster_dims__(CL, 1, 1)
+#else
+#define FUSION_GROUPNORM_CLUSTER_DIMS(CL)
+#endif
+
+#define FUSION_GROUPNORM_DEFINE_CLUSTER(TN, T, VEC, K, CL)                                                         \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 1) FUSION_GROUPNORM_CLUSTER_DIMS(CL)    \
+        fusion_groupnorm_cluster_##TN##_v##VEC##_k##K##_c##CL FUSION_GROUPNORM_PARAMS(T)                           \
+    {                                                                                                              \
+        fusion_kernels::groupNormRegRows<T, VEC, K, false, CL>(                                                    \
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 

@@ -1,6 +1,7 @@
 // Launch policy for the GroupNorm kernels: the register path (x read once) while the group
 // fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (staged
-// where a CTA fills the SM); else the three-pass loop path.
+// where a CTA fills the SM); past that a cluster of CTAs holds it (sm_90+), else the wide path,
+// else the three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
@@ -17,10 +18,13 @@
     extern "C" __global__ void fusion_groupnorm_staged_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
 #define FUSION_GROUPNORM_DECLARE_WIDE(TN, T, VEC, K)                                                               \
     extern "C" __global__ void fusion_groupnorm_wide_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
+#define FUSION_GROUPNORM_DECLARE_CLUSTER(TN, T, VEC, K, CL)                                                        \
+    extern "C" __global__ void fusion_groupnorm_cluster_##TN##_v##VEC##_k##K##_c##CL FUSION_GROUPNORM_PARAMS(T);
 
 FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DECLARE_K, FUSION_GROUPNORM_DECLARE_LOOP)
 FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GROUPNORM_DECLARE_STAGED)
 FUSION_GROUPNORM_WIDE_KERNELS(FUSION_GROUPNORM_DECLARE_WIDE)
+FUSION_GROUPNORM_CLUSTER_KERNELS(FUSION_GROUPNORM_DECLARE_CLUSTER)
 
 namespace fusion
 {
@@ -34,6 +38,7 @@ struct KernelEntry
     int k; // 0 for the loop kernels
     char const* name;
     void const* fn;
+    int cluster; // CTAs per group (the cluster kernels), else 0
 };
 
 // The register-path kernels in their listed order (K ascending per type and pack width).
@@ -54,6 +59,10 @@ KernelEntry const kStagedKernels[] = {FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GRO
     {#TN, VEC, K, "fusion_groupnorm_wide_" #TN "_v" #VEC "_k" #K,                                                  \
         reinterpret_cast<void const*>(&fusion_groupnorm_wide_##TN##_v##VEC##_k##K)},
 KernelEntry const kWideKernels[] = {FUSION_GROUPNORM_WIDE_KERNELS(FUSION_GROUPNORM_ENTRY_WIDE)};
+#define FUSION_GROUPNORM_ENTRY_CLUSTER(TN, T, VEC, K, CL)                                                          \
+    {#TN, VEC, K, "fusion_groupnorm_cluster_" #TN "_v" #VEC "_k" #K "_c" #CL,                                      \
+        reinterpret_cast<void const*>(&fusion_groupnorm_cluster_##TN##_v##VEC##_k##K##_c##CL), CL},
+KernelEntry const kClusterKernels[] = {FUSION_GROUPNORM_CLUSTER_KERNELS(FUSION_GROUPNORM_ENTRY_CLUSTER)};
 
 // The first kernel of [begin, end) for this type and pack width (K: any if 0).
 KernelEntry const* findKernel(KernelEntry const* begin, KernelEntry const* end, char const* type, int64_t vec, int k = 0)
@@ -87,9 +96,9 @@ GroupNormDevice currentDevice()
 }
 
 // Whether `kernel` may launch with `bytes` of dynamic shared memory (raising its limit once)
-// and was compiled for at least PTX `minPtx` (the staged kernels: an sm_80 build's PTX,
-// JIT-compiled on an sm_90 device, has them empty).
-bool allowSharedMemory(void const* kernel, int bytes, int minPtx)
+// and was compiled for at least PTX `minPtx` (the staged and cluster kernels: an sm_80 build's
+// PTX, JIT-compiled on an sm_90 device, has them empty).
+bool usableKernel(void const* kernel, int bytes, int minPtx)
 {
     cudaFuncAttributes attr{};
     bool const ok = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= minPtx
@@ -105,6 +114,28 @@ bool allowSharedMemory(void const* kernel, int bytes, int minPtx)
 int64_t threadsFor(int64_t packs, int64_t perThread)
 {
     return ((packs + perThread - 1) / perThread + 31) / 32 * 32;
+}
+
+// The cluster kernel for a group of nv packs: the smallest cluster whose CTAs hold it in at
+// most STAGE threads, else the largest that holds it in 1024 (null: none); `threads` its CTA.
+KernelEntry const* pickCluster(char const* type, int64_t vec, int64_t nv, int64_t& threads)
+{
+    KernelEntry const* pick = nullptr;
+    for (KernelEntry const& kernel : kClusterKernels) // cluster sizes ascending
+    {
+        int64_t const need = threadsFor((nv + kernel.cluster - 1) / kernel.cluster, kernel.k / vec);
+        if (std::strcmp(kernel.type, type) != 0 || kernel.vec != vec || need > FUSION_GROUPNORM_THREADS)
+        {
+            continue;
+        }
+        pick = &kernel;
+        threads = need;
+        if (need <= FUSION_GROUPNORM_STAGE_THREADS)
+        {
+            break;
+        }
+    }
+    return pick;
 }
 
 } // namespace
@@ -144,17 +175,26 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         }
     }
     KernelEntry const* use = pick;
-    if (pick != nullptr && device.stageSms > 0 && vec > 1 && plan.block > FUSION_GROUPNORM_STAGE_THREADS
-        && cols * elemBytes <= smemFree)
+    bool const fillsSm = pick == nullptr || plan.block > FUSION_GROUPNORM_STAGE_THREADS;
+    bool const sm90 = device.stageSms > 0 && vec > 1;
+    KernelEntry const* staged = pick != nullptr && fillsSm && sm90 && cols * elemBytes <= smemFree
+        ? findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k)
+        : nullptr;
+    int64_t clusterThreads = 0;
+    KernelEntry const* cluster
+        = fillsSm && sm90 && staged == nullptr ? pickCluster(typeName, vec, nv, clusterThreads) : nullptr;
+    if (staged != nullptr)
     {
-        KernelEntry const* staged
-            = findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k);
-        if (staged != nullptr)
-        {
-            use = staged;
-            plan.grid = rows < device.stageSms ? rows : device.stageSms;
-            plan.smem = static_cast<int32_t>(cols * elemBytes);
-        }
+        use = staged;
+        plan.grid = rows < device.stageSms ? rows : device.stageSms;
+        plan.smem = static_cast<int32_t>(cols * elemBytes);
+    }
+    else if (cluster != nullptr)
+    {
+        use = cluster;
+        plan.block = static_cast<int32_t>(clusterThreads);
+        plan.cluster = cluster->cluster;
+        plan.grid = (rows > INT_MAX / cluster->cluster ? INT_MAX / cluster->cluster : rows) * cluster->cluster;
     }
     else if (pick == nullptr && vec > 1)
     {
@@ -203,10 +243,10 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
     auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15U) == 0; };
     bool const vecOk = aligned(x) && aligned(y);
     NormPlan plan = planGroupNorm(type, rows, cols, vecOk, currentDevice());
-    bool const staged = std::strncmp(plan.name, "fusion_groupnorm_staged_", 24) == 0;
-    if (plan.smem > 0 && !allowSharedMemory(plan.kernel, plan.smem, staged ? 90 : 0))
+    bool const sm90 = plan.cluster > 1 || std::strncmp(plan.name, "fusion_groupnorm_staged_", 24) == 0;
+    if ((plan.smem > 0 || sm90) && !usableKernel(plan.kernel, plan.smem, sm90 ? 90 : 0))
     {
-        plan = planGroupNorm(type, rows, cols, vecOk); // the kernels without shared memory
+        plan = planGroupNorm(type, rows, cols, vecOk); // the single-CTA kernels without shared memory
     }
     if (plan.kernel == nullptr)
     {
@@ -218,6 +258,26 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
     long long spatialArg = spatial;
     int siluArg = silu ? 1 : 0;
     void* args[] = {&x, &gamma, &beta, &y, &rowsArg, &channelsArg, &groupsArg, &spatialArg, &eps, &siluArg};
+    if (plan.cluster > 1)
+    {
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+        attr.val.clusterDim.y = 1;
+        attr.val.clusterDim.z = 1;
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(static_cast<unsigned>(plan.grid));
+        config.blockDim = dim3(plan.block);
+        config.stream = stream;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        if (cudaLaunchKernelExC(&config, plan.kernel, args) == cudaSuccess)
+        {
+            return cudaSuccess;
+        }
+        (void) cudaGetLastError(); // the device cannot place the cluster: the single-CTA kernels
+        plan = planGroupNorm(type, rows, cols, vecOk);
+    }
     return cudaLaunchKernel(
         plan.kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(plan.block), args, plan.smem, stream);
 }

@@ -13,13 +13,14 @@ namespace fusion
 // What the device offers the GroupNorm kernels beyond the register path ({}: nothing).
 struct GroupNormDevice
 {
-    int stageSms;  // its SM count where it runs the staged kernels (sm_90+), else 0
+    int stageSms;  // its SM count where it runs the staged and cluster kernels (sm_90+), else 0
     int smemOptin; // the dynamic shared memory a CTA may opt in to (staged and wide kernels)
 };
 
-// Kernel, grid, block and shared memory for rows = N * G groups of cols elements: the register
-// path (staged where a CTA fills an SM), else the wide path (a register head and a shared
-// tail), else the loop path; groupNormKernels.cuh has the policy.  vecOk: x and y are 16-byte
+// Kernel, grid, block, shared memory and cluster size for rows = N * G groups of cols elements:
+// the register path (staged, or spread over a cluster of CTAs, where one CTA fills an SM), else
+// the wide path (a register head and a shared tail), else the loop path; groupNormKernels.cuh
+// has the policy.  vecOk: x and y are 16-byte
 // aligned.  Keep in sync with fusion/plugins/library.py:groupnorm_plan (a test compares them).
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device = {});
 
