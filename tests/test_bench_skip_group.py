@@ -291,22 +291,30 @@ def test_the_sweep_times_every_k_that_holds_the_group(on_cpu, tmp_path):
     rows = data["rows"]
     assert data["summary"] == {"failed": [], "diff_failures": []}
     # 320 channels / 32 groups x 64 x 64 = 40960 per group: fp32 holds it only at K = 40
-    # (1024 threads: a CTA fills the SM, so the policy stages it; clusters of 4 and 8 CTAs timed
-    # beside it), fp16 at K = 48 ... 80.
+    # (1024 threads: a CTA fills the SM, so the policy stages it), fp16 at K = 48 ... 80.
     by_label: dict = {}
     for r in rows:
         by_label.setdefault(r["label"], []).append((r["kernel"], r["block"], r["policy"]))
     assert by_label["groupnorm float32 1x320x64x64 g32"] == [
-        ("fusion_groupnorm_reg_f32_v4_k40", 1024, False), ("fusion_groupnorm_staged_f32_v4_k40", 1024, True),
-        ("fusion_groupnorm_cluster_f32_v4_k40_c4", 256, False), ("fusion_groupnorm_cluster_f32_v4_k40_c8", 128, False)]
+        ("fusion_groupnorm_reg_f32_v4_k40", 1024, False), ("fusion_groupnorm_staged_f32_v4_k40", 1024, True)]
     assert by_label["groupnorm+silu float16 1x320x64x64 g32"] == [
         ("fusion_groupnorm_reg_f16_v8_k48", 864, False), ("fusion_groupnorm_reg_f16_v8_k64", 640, False),
         ("fusion_groupnorm_reg_f16_v8_k80", 512, True)]  # fmt: skip
     assert all(r["vs_copy_same_bytes"] == pytest.approx(0.9) and r["max_abs_diff_vs_torch"] < 0.01 for r in rows)
-    assert on_cpu.calls.count("ours") == len(rows) == 14
+    assert on_cpu.calls.count("ours") == len(rows) == 10
 
 
 def test_the_sweep_skips_groups_the_vector_packs_cannot_hold():
     assert bsg.sweep_configs(bsg.GroupCase("float32", 1, 30, 7, 1, 5, False)) == []  # cols 42: scalar only
     assert [c[0][-3:] for c in bsg.sweep_configs(bsg.GroupCase("float16", 2, 64, 8, 8, 32, False))] == [
         "_k8", "k16", "k32", "k48", "k64", "k80"]  # fmt: skip
+
+
+def test_the_sweep_times_the_wide_and_cluster_launches_past_the_registers():
+    h100 = (132, 232448)
+    fp16 = bsg.sweep_configs(bsg.GroupCase("float16", 8, 320, 128, 128, 32, False), h100)  # 163840 a group
+    assert fp16 == [("fusion_groupnorm_wide_f16_v8_k64", 256, 1024),
+                    ("fusion_groupnorm_cluster_f16_v8_k80_c8", 2048, 256)]  # fmt: skip
+    fp32 = bsg.sweep_configs(bsg.GroupCase("float32", 8, 320, 128, 128, 32, False), h100)  # a 384 KB tail
+    assert fp32 == [("fusion_groupnorm_cluster_f32_v4_k40_c8", 2048, 512)]
+    assert bsg.sweep_configs(bsg.GroupCase("float32", 8, 320, 128, 128, 32, False)) == []  # no device extras

@@ -254,30 +254,28 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_staged_f32_v4_k40", 132, 1024)
     assert cfg("float32", 1, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_staged_f32_v4_k40", 32, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
-    # (an sm_90 device whose shared memory cannot stage the group spreads it over a cluster)
-    assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_cluster_f32_v4_k40_c4", 2048,
-                                                                        256)  # fmt: skip
-    assert cfg("float16", 1, 1, 1, 81920, True, *a100) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
+    assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
+    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 1, 1024)
     assert cfg("float32", 8, 640, 32, 32 * 32, True, *h100) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 512)
     assert cfg("float16", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
     assert cfg("float32", 16, 320, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"
     assert cfg("float32", 1, 96, 1, 256, False, *h100)[0] == "fusion_groupnorm_reg_f32_v1_k24"
-    # Clusters (sm_90+): where one CTA needs more than 512 threads and does not stage, the
-    # smallest cluster whose CTAs hold the group in 512 threads, else the largest that holds it
-    # in 1024; the grid counts CTAs (SDXL's 640x64x64 and 320x128x128 groups; fp16 320x64x64
-    # stays one CTA of 512).
-    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c2", 2, 512)
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c4", 1024, 512)
-    assert cfg("float16", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c2", 512, 512)
-    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 512, 512)
-    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c4", 1024, 512)
-    assert cfg("float16", 1, 8, 1, 256 * 256, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c8", 8, 832)
-    assert cfg("float32", 1, 8, 1, 256 * 256, True, *h100)[0] == "fusion_groupnorm_loop_f32_v4"  # > 8 x 1024 x 40
-    assert cfg("float32", 8, 640, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"  # scalar packs
-    # Wide (no clusters): past the registers, the tail in the opt-in shared memory, else the loop.
+    # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:
+    # 81920 - 32768 in 192 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB).
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 256, 1024)
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 1024)
     assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
-    assert cfg("float16", 2, 64, 2, 64 * 64, True, *a100) == ("fusion_groupnorm_wide_f16_v8_k64", 4, 1024)
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"  # 192 KB tail
+    # Past the wide path (sm_90+): a cluster of 8 CTAs, the grid counting CTAs (SDXL's 320x128x128
+    # in fp32, a 384 KB tail), up to 8 x 1024 x K; else the loop.
+    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 512, 512)
+    assert cfg("float32", 1, 1, 1, 327680, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 8, 1024)
+    assert cfg("float32", 1, 1, 1, 327684, True, *h100)[0] == "fusion_groupnorm_loop_f32_v4"
+    assert cfg("float16", 1, 8, 1, 256 * 256, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c8", 8, 832)
+    assert cfg("float32", 2, 320, 32, 128 * 128, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"  # no clusters
+    # (an sm_90 device with less shared memory: clusters where the wide tail does not fit)
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 2048,
+                                                                       256)  # fmt: skip
+    assert cfg("float32", 8, 640, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"  # scalar packs
     assert pl.groupnorm_smem("fusion_groupnorm_staged_f32_v4_k40", "float32", 40960) == 163840
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k32", "float32", 81920) == 196608
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 163840) == 196608
@@ -314,8 +312,7 @@ def _groupnorm_instantiations() -> set[str]:
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    # fp32 alone has a staged kernel; clusters: fp32 of 4 and 8 CTAs, fp16 of 2, 4 and 8
-    assert len(names) == 2 * (6 + 3 + 2 + 1) + 1 + 5, sorted(names)
+    assert len(names) == 2 * (6 + 3 + 2 + 1 + 1) + 1, sorted(names)  # fp32 alone has a staged kernel
     picked = {pl.groupnorm_plan(dtype, 1, cols, vec, *device)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
               for vec in (True, False) for device in DEVICES}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists

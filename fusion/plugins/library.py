@@ -910,7 +910,7 @@ GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 GROUPNORM_WIDE_KS = {4: 32, 8: 64}  # the wide kernels' K (register head) per pack width
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
 GROUPNORM_CLUSTER_KS = {4: 40, 8: 80}  # the cluster kernels' K per pack width
-GROUPNORM_CLUSTERS = {4: (4, 8), 8: (2, 4, 8)}  # their cluster sizes (CTAs a group) per pack width
+GROUPNORM_CLUSTER = 8  # their CTAs a group (sm_90+)
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
 
@@ -935,26 +935,16 @@ def groupnorm_cluster_kernel(dtype: str, vec: int, k: int, cluster: int) -> str:
     return f"fusion_groupnorm_cluster_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}_c{cluster}"
 
 
-def groupnorm_cluster_size(name: str) -> int:
-    """CTAs per cluster of a GroupNorm kernel (1 but for the cluster kernels)."""
-    m = re.search(r"_cluster_\w+_c(\d+)$", name)
-    return int(m.group(1)) if m else 1
-
-
-def groupnorm_clusters(vec: int, cols: int) -> list[tuple[int, int]]:
-    """(cluster size, threads a CTA) of each cluster kernel of this pack width that holds a group
-    of ``cols`` elements in at most 1024 threads a CTA, cluster sizes ascending."""
-    k = GROUPNORM_CLUSTER_KS.get(vec)
+def groupnorm_cluster_launch(dtype: str, vec: int, rows: int, cols: int) -> tuple[str, int, int] | None:
+    """(name, grid in CTAs, block) of the cluster launch for ``rows`` groups of ``cols`` elements,
+    rows going to clusters, grid-strided; None where its CTAs cannot hold a group in 1024 threads."""
+    k, cl = GROUPNORM_CLUSTER_KS.get(vec), GROUPNORM_CLUSTER
     if k is None:
-        return []
-    out = [(cl, _ceil_div(_ceil_div(_ceil_div(cols // vec, cl), k // vec), 32) * 32) for cl in GROUPNORM_CLUSTERS[vec]]
-    return [(cl, block) for cl, block in out if block <= GROUPNORM_THREADS]
-
-
-def _cluster_launch(dtype: str, vec: int, rows: int, cluster: int, block: int) -> tuple[str, int, int]:
-    """(name, grid in CTAs, block) of a cluster launch: rows go to clusters, grid-strided."""
-    name = groupnorm_cluster_kernel(dtype, vec, GROUPNORM_CLUSTER_KS[vec], cluster)
-    return name, min(rows, _INT_MAX // cluster) * cluster, block
+        return None
+    block = _ceil_div(_ceil_div(_ceil_div(cols // vec, cl), k // vec), 32) * 32
+    if block > GROUPNORM_THREADS:
+        return None
+    return groupnorm_cluster_kernel(dtype, vec, k, cl), min(rows, _INT_MAX // cl) * cl, block
 
 
 def groupnorm_smem(name: str, dtype: str, cols: int) -> int:
@@ -974,13 +964,12 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
     the register path with the smallest K whose CTA has at most 256 threads, else the largest K
     that fits 1024 threads; a group past that, with 16-byte packs, the wide path where its tail
-    fits ``smem_optin`` (the device's opt-in shared memory per CTA, less GROUPNORM_STATIC_SMEM);
+    fits ``smem_optin`` (the device's opt-in shared memory per CTA, less GROUPNORM_STATIC_SMEM),
+    else a cluster of 8 CTAs where ``stage_sms`` and they hold it (the grid then counts CTAs);
     else the loop path.  A register-path CTA over 512 threads fills an SM: with ``stage_sms``
-    (the device's SM count where it runs the staged kernels) and the group within the opt-in,
-    the staged kernel runs instead, on min(rows, stage_sms) CTAs; where there is no staged
-    kernel, or no K holds the group, the smallest cluster (2, 4 or 8 CTAs a group, sm_90+) whose
-    CTAs hold it in at most 512 threads, else the largest that holds it in 1024 (the grid then
-    counts CTAs).  ``groupnorm_smem`` gives the launch's shared memory."""
+    (the device's SM count where it runs the staged and cluster kernels, sm_90+) and the group
+    within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs.
+    ``groupnorm_smem`` gives the launch's shared memory."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
@@ -988,25 +977,21 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     tag, vmax = GROUPNORM_DTYPES[dtype], _VEC_MAX[dtype]
     vec = vmax if vec_ok and cols % vmax == 0 else 1
     fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
-    k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1] if fits else (0, 0))
-    sm90 = stage_sms > 0 and vec > 1
-    if fits and block <= GROUPNORM_STAGE_THREADS:
-        return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
+    if not fits:
+        if vec > 1:
+            wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
+            if groupnorm_smem(wide, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM:
+                return wide, min(rows, _INT_MAX), GROUPNORM_THREADS
+            cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
+            if cluster:
+                return cluster
+        return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
+    k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
     staged = groupnorm_staged_kernel(dtype, vec, k)
-    if (fits and sm90 and GROUPNORM_STAGED_KS.get(vec) == k
+    if (stage_sms > 0 and block > GROUPNORM_STAGE_THREADS and GROUPNORM_STAGED_KS.get(vec) == k
             and groupnorm_smem(staged, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM):
         return staged, min(rows, stage_sms), block
-    clusters = groupnorm_clusters(vec, cols) if sm90 else []
-    if clusters:
-        cl, cblock = next(((c, b) for c, b in clusters if b <= GROUPNORM_STAGE_THREADS), clusters[-1])
-        return _cluster_launch(dtype, vec, rows, cl, cblock)
-    if fits:
-        return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
-    if vec > 1:
-        wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
-        if groupnorm_smem(wide, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM:
-            return wide, min(rows, _INT_MAX), GROUPNORM_THREADS
-    return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
+    return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
 
 
 def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
@@ -1020,9 +1005,9 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
                          smem_optin: int = 0) -> list[tuple[str, int, int]]:  # fmt: skip
     """Every launch (kernel name, grid, block) of the vector packs that holds ``rows`` groups of
     ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
-    its staged launch where there is one, each cluster launch where no K holds the group in 512
-    threads (sm_90+), and the wide launch where no K holds it at all (the device as in
-    groupnorm_plan; the policy picks one, the benchmark's sweep times all)."""
+    its staged launch where there is one, and where no K holds the group the wide launch and
+    the cluster launch (sm_90+), where they fit (the device as in groupnorm_plan; the policy
+    picks one, the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
         return []
@@ -1034,13 +1019,13 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
             staged = groupnorm_staged_kernel(dtype, vec, k)
             if stage_sms > 0 and GROUPNORM_STAGED_KS.get(vec) == k and groupnorm_smem(staged, dtype, cols) <= room:
                 out.append((staged, min(rows, stage_sms), block))
-    if stage_sms > 0 and all(block > GROUPNORM_STAGE_THREADS for _, block in groupnorm_blocks(vec, cols)):
-        out += [_cluster_launch(dtype, vec, rows, cl, block) for cl, block in groupnorm_clusters(vec, cols)]
+    if out:
+        return out
     wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
-    if all(block > GROUPNORM_THREADS for _, block in groupnorm_blocks(vec, cols)) and groupnorm_smem(
-            wide, dtype, cols) <= room:  # fmt: skip
+    if groupnorm_smem(wide, dtype, cols) <= room:
         out.append((wide, min(rows, _INT_MAX), GROUPNORM_THREADS))
-    return out
+    cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
+    return out + [cluster] if cluster else out
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int, vec_ok: bool = True,

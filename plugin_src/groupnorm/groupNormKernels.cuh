@@ -21,7 +21,7 @@
 //   wide   - groups past the register cache (VEC packs): 1024 threads hold K elements each in
 //            registers and the rest in shared memory (up to the device's opt-in), x read once.
 //   cluster - reg with a group spread over a cluster of CL CTAs (sm_90+, VEC packs), for groups
-//            past one CTA's registers: x still read once; the CTAs add their sums through
+//            past the wide path: x still read once; the CTAs add their sums through
 //            distributed shared memory.
 //   loop   - any cols: three passes over the group (mean, squared deviations, normalize), in
 //            VEC packs or scalars; passes 2 and 3 re-read it (from L2 where it fits).
@@ -448,7 +448,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
 // per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would spill), as
 // does the scalar loop path (the vector one takes 64 registers: 32 spill its packs).  Larger
-// groups take the wide path where it fits, else the loop path.
+// groups take the wide path where it fits, else a cluster (sm_90+), else the loop path.
 // Staging: where the pick's CTA has more than FUSION_GROUPNORM_STAGE_THREADS threads (it fills
 // an SM: 64 registers a thread), on sm_90+ with 16-byte packs, the staged kernel runs on a grid
 // of one CTA per SM instead.  Measured (kernels_groupnorm_sweep.json): fp32 16x320x64x64 0.89 ->
@@ -460,11 +460,14 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%
 // slower).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the
 // copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch).
-// Clusters: on sm_90+ with 16-byte packs, where one CTA would need more than
-// FUSION_GROUPNORM_STAGE_THREADS threads and does not stage, the group spreads over the smallest
-// cluster of 2, 4 or 8 CTAs that holds it in at most FUSION_GROUPNORM_STAGE_THREADS threads a
-// CTA (K = 40 / 80), so x is read once at any size up to 8 x 1024 x K; two cluster barriers a
-// row.  (Groups one CTA holds gain nothing from them: 0.82 against 0.89 for fp32 40960.)
+// Clusters: groups past the wide path too (fp32 > 98304, fp16 > 196608 elements on the H100),
+// on sm_90+ with 16-byte packs, spread over a cluster of 8 CTAs (the portable maximum) of K =
+// 40 / 80 each, so x is still read once up to 8 x 1024 x K; two cluster barriers a row.
+// Measured (kernels_groupnorm_sweep.json): fp32 320 x 128 x 128 0.42 (loop) -> 0.79 of the
+// copy in 512-thread CTAs (0.75 in 4 CTAs of 1024).  Where one CTA or the wide path holds the
+// group, clusters were slower: fp32 40960 0.76-0.83 against staged 0.89-0.93; fp16 640 x 64 x
+// 64 0.70-0.78 (2, 4, 8 CTAs) against 0.79-0.85 in one CTA of 1024; the wide path's groups
+// 0.69-0.80 against 0.73-0.80.
 // FUSION_GROUPNORM_STATIC_SMEM: what the opt-in must also leave for the kernels' static shared
 // memory (buf, the barrier).
 #define FUSION_GROUPNORM_THREADS 1024
@@ -490,12 +493,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // XS(tn, T, vec, k) for the staged kernels, XW(tn, T, vec, k) for the wide ones.
 #define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
 #define FUSION_GROUPNORM_WIDE_KERNELS(XW) XW(f32, float, 4, 32) XW(f16, __half, 8, 64)
-// XC(tn, T, vec, k, cl) for the cluster kernels, by type, then cluster size ascending.  (fp32
-// has no cluster of 2: where 2 CTAs of 1024 threads hold a group, one CTA stages it instead,
-// or 4 CTAs hold it in 512 threads.)
-#define FUSION_GROUPNORM_CLUSTER_KERNELS(XC)                                                                       \
-    XC(f32, float, 4, 40, 4) XC(f32, float, 4, 40, 8)                                                              \
-    XC(f16, __half, 8, 80, 2) XC(f16, __half, 8, 80, 4) XC(f16, __half, 8, 80, 8)
+// XC(tn, T, vec, k, cl) for the cluster kernels.
+#define FUSION_GROUPNORM_CLUSTER_KERNELS(XC) XC(f32, float, 4, 40, 8) XC(f16, __half, 8, 80, 8)
 
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
     (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \

@@ -1,7 +1,7 @@
 // Launch policy for the GroupNorm kernels: the register path (x read once) while the group
 // fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (staged
-// where a CTA fills the SM); past that a cluster of CTAs holds it (sm_90+), else the wide path,
-// else the three-pass loop path.
+// where a CTA fills the SM); past that the wide path, else a cluster of CTAs (sm_90+), else the
+// three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
@@ -116,28 +116,6 @@ int64_t threadsFor(int64_t packs, int64_t perThread)
     return ((packs + perThread - 1) / perThread + 31) / 32 * 32;
 }
 
-// The cluster kernel for a group of nv packs: the smallest cluster whose CTAs hold it in at
-// most STAGE threads, else the largest that holds it in 1024 (null: none); `threads` its CTA.
-KernelEntry const* pickCluster(char const* type, int64_t vec, int64_t nv, int64_t& threads)
-{
-    KernelEntry const* pick = nullptr;
-    for (KernelEntry const& kernel : kClusterKernels) // cluster sizes ascending
-    {
-        int64_t const need = threadsFor((nv + kernel.cluster - 1) / kernel.cluster, kernel.k / vec);
-        if (std::strcmp(kernel.type, type) != 0 || kernel.vec != vec || need > FUSION_GROUPNORM_THREADS)
-        {
-            continue;
-        }
-        pick = &kernel;
-        threads = need;
-        if (need <= FUSION_GROUPNORM_STAGE_THREADS)
-        {
-            break;
-        }
-    }
-    return pick;
-}
-
 } // namespace
 
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device)
@@ -175,36 +153,38 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         }
     }
     KernelEntry const* use = pick;
-    bool const fillsSm = pick == nullptr || plan.block > FUSION_GROUPNORM_STAGE_THREADS;
-    bool const sm90 = device.stageSms > 0 && vec > 1;
-    KernelEntry const* staged = pick != nullptr && fillsSm && sm90 && cols * elemBytes <= smemFree
-        ? findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k)
-        : nullptr;
-    int64_t clusterThreads = 0;
-    KernelEntry const* cluster
-        = fillsSm && sm90 && staged == nullptr ? pickCluster(typeName, vec, nv, clusterThreads) : nullptr;
-    if (staged != nullptr)
+    if (pick != nullptr && device.stageSms > 0 && vec > 1 && plan.block > FUSION_GROUPNORM_STAGE_THREADS
+        && cols * elemBytes <= smemFree)
     {
-        use = staged;
-        plan.grid = rows < device.stageSms ? rows : device.stageSms;
-        plan.smem = static_cast<int32_t>(cols * elemBytes);
-    }
-    else if (cluster != nullptr)
-    {
-        use = cluster;
-        plan.block = static_cast<int32_t>(clusterThreads);
-        plan.cluster = cluster->cluster;
-        plan.grid = (rows > INT_MAX / cluster->cluster ? INT_MAX / cluster->cluster : rows) * cluster->cluster;
+        KernelEntry const* staged
+            = findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k);
+        if (staged != nullptr)
+        {
+            use = staged;
+            plan.grid = rows < device.stageSms ? rows : device.stageSms;
+            plan.smem = static_cast<int32_t>(cols * elemBytes);
+        }
     }
     else if (pick == nullptr && vec > 1)
     {
         KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
         int64_t const tailBytes = wide == nullptr ? 0 : (nv - wide->k / vec * FUSION_GROUPNORM_THREADS) * 16;
+        KernelEntry const* cluster
+            = findKernel(std::begin(kClusterKernels), std::end(kClusterKernels), typeName, vec);
+        int64_t const clusterThreads
+            = cluster == nullptr ? 0 : threadsFor((nv + cluster->cluster - 1) / cluster->cluster, cluster->k / vec);
         if (wide != nullptr && tailBytes <= smemFree)
         {
             use = wide;
             plan.block = FUSION_GROUPNORM_THREADS;
             plan.smem = static_cast<int32_t>(tailBytes);
+        }
+        else if (cluster != nullptr && device.stageSms > 0 && clusterThreads <= FUSION_GROUPNORM_THREADS)
+        {
+            use = cluster;
+            plan.block = static_cast<int32_t>(clusterThreads);
+            plan.cluster = cluster->cluster;
+            plan.grid = (rows > INT_MAX / cluster->cluster ? INT_MAX / cluster->cluster : rows) * cluster->cluster;
         }
     }
     if (use != nullptr)

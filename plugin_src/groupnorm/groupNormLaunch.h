@@ -18,10 +18,10 @@ struct GroupNormDevice
 };
 
 // Kernel, grid, block, shared memory and cluster size for rows = N * G groups of cols elements:
-// the register path (staged, or spread over a cluster of CTAs, where one CTA fills an SM), else
-// the wide path (a register head and a shared tail), else the loop path; groupNormKernels.cuh
-// has the policy.  vecOk: x and y are 16-byte
-// aligned.  Keep in sync with fusion/plugins/library.py:groupnorm_plan (a test compares them).
+// the register path (staged where a CTA fills an SM), else the wide path (a register head and a
+// shared tail), else a cluster of CTAs, else the loop path; groupNormKernels.cuh has the
+// policy.  vecOk: x and y are 16-byte aligned.  Keep in sync with
+// fusion/plugins/library.py:groupnorm_plan (a test compares them).
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device = {});
 
 // y = groupnorm(x) * gamma[c] + beta[c] (then SiLU if silu) for x [n, channels, spatial...].

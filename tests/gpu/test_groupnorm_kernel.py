@@ -1,10 +1,11 @@
 """The FusedGroupNorm kernels (the plugin's own source, via cupy.RawModule) against a float64
 NumPy reference: every register-path instantiation (each K, vector and scalar packs, fp32/fp16),
-the staged kernels (sm_90+; bit for bit the register path's outputs), the cluster kernels (sm_90+:
-a group over 2-8 CTAs), the wide kernels (a register head and a shared tail), unaligned pointers, odd sizes, spatial sizes that split a vector between channels, the loop
-path for large groups, rank 2 and 5, a large mean, with and without the fused SiLU.  Skipped
-without CuPy and a GPU; tests/test_plugins.py checks (without a GPU) that CASES reach every
-kernel the library instantiates."""
+the staged kernels (sm_90+; bit for bit the register path's outputs), the wide kernels (a
+register head and a shared tail), the cluster kernels (sm_90+: a group over 8 CTAs), unaligned
+pointers, odd sizes, spatial sizes that split a vector between channels, the loop path for
+large groups, rank 2 and 5, a large mean, with and without the fused SiLU.  Skipped without
+CuPy and a GPU; tests/test_plugins.py checks (without a GPU) that CASES reach every kernel the
+library instantiates."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import numpy as np
 import pytest
 
 from fusion.plugins.library import (
-    GROUPNORM_CLUSTER_KS, device_groupnorm_limits, groupnorm_blocks, groupnorm_cluster_kernel, groupnorm_clusters,
-    groupnorm_launch_config, groupnorm_reg_kernel, groupnorm_staged_kernel, groupnorm_wide_kernel, launch_groupnorm,
+    GROUPNORM_CLUSTER, device_groupnorm_limits, groupnorm_blocks, groupnorm_cluster_launch, groupnorm_launch_config,
+    groupnorm_reg_kernel, groupnorm_staged_kernel, groupnorm_wide_kernel, launch_groupnorm,
     load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
 # The comments name the kernel fp32 / fp16 get (groupnorm_launch_config; checked below) on an
-# H100, [and elsewhere] where that differs (no clusters; an A100's shared memory for the wide path).
+# H100, [and without clusters] where that differs.
 CASES = [
     ((2, 64, 8, 8), 32, 0),  # cols 128: v4_k4 / v8_k8
     ((2, 32, 16, 16), 4, 0),  # cols 2048: v4_k8 / v8_k8
@@ -33,11 +34,11 @@ CASES = [
     ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
     ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads; staged) / v8_k80
     ((200, 24, 32, 32), 1, 0),  # cols 24576: v4_k40 in 640 threads (staged: 200 rows > SMs) / v8_k80
-    ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: cluster_c4 / cluster_c2 [wide_k32 / v8_k80]
+    ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: wide_k32 / v8_k80 in 1024 threads
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
-    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: cluster_c4 [wide_k32, a 36 KB tail] / cluster_c2 [v8_k80]
-    ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: cluster_c4 [wide_k32], packs span channels / loop (scalar)
-    ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8 [loop, a 384 KB tail] / cluster_c4 [wide_k64, 128 KB]
+    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / v8_k80
+    ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
+    ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8 in 416 threads [loop] (a 384 KB tail) / wide_k64 (128 KB)
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
     ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k4 / v8_k8, packs span channels
     ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k4 / v8_k8 (fp16 packs span channels)
@@ -49,7 +50,7 @@ CASES = [
     ((1, 96, 16, 16), 1, 1),  # unaligned, cols 24576: v1_k24 (the scalar path's largest)
     ((2, 5, 5005), 1, 0),  # cols 25025, odd, > 1024 x 24: loop
     ((1, 32, 100, 100), 4, 1),  # unaligned, cols 80000: loop
-    ((1, 32, 96, 96), 1, 0),  # one group of 295k elements: cluster_c8 in 928 / 480 threads [the loop path's]
+    ((1, 32, 96, 96), 1, 0),  # one group of 294912: cluster_c8 in 928 / 480 threads [the loop path's grid-stride loops]
     ((1, 8, 256, 256), 1, 0),  # one group of 524288: loop (> 8 x 1024 x 40) / cluster_c8 in 832 threads
 ]
 
@@ -241,21 +242,18 @@ def test_groupnorm_wide_rows_grid_strided(cp, module, kernel):
                 seed=4)  # fmt: skip
 
 
-CLUSTERS = [("float32", 4, 4), ("float32", 4, 8), ("float16", 8, 2), ("float16", 8, 4), ("float16", 8, 8)]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", CLUSTERS, ids=[f"{d}_c{c}" for d, _, c in CLUSTERS])
-def test_groupnorm_cluster_rows_grid_strided(cp, module, kernel):
+@pytest.mark.parametrize("dtype", sorted(TOL))
+def test_groupnorm_cluster_rows_grid_strided(cp, module, dtype):
     """A group over a cluster of CTAs, on fewer clusters than groups: each cluster takes its rows
-    in turn, reusing its CTAs' shared sums; CTAs holding unequal shares (18424 / 9212 packs),
-    packs that span channels (spatial 2303)."""
+    in turn, reusing its CTAs' shared sums; CTAs holding unequal shares (packs 9212 / 18424 over
+    8 CTAs), packs that span channels (spatial 2303)."""
     needs_sm90(cp)
-    dtype, vec, cluster = kernel
-    cols = 32 * 47 * 49  # 12 groups of 73696
-    block = dict(groupnorm_clusters(vec, cols))[cluster]
-    name = groupnorm_cluster_kernel(dtype, vec, GROUPNORM_CLUSTER_KS[vec], cluster)
-    check_grids(cp, module, dtype, (6, 64, 47, 49), 2, name, block, (cluster, 5 * cluster, 12 * cluster), seed=5)
+    vec = 4 if dtype == "float32" else 8
+    shape, groups = (6, 64, 47, 49), 2  # 12 groups of 73696
+    name, _, block = groupnorm_cluster_launch(dtype, vec, 12, 32 * 47 * 49)
+    cl = GROUPNORM_CLUSTER
+    check_grids(cp, module, dtype, shape, groups, name, block, (cl, 5 * cl, 12 * cl), seed=5)
 
 
 def test_groupnorm_empty_batch_launches_nothing():
