@@ -6,11 +6,13 @@ TensorRT engines (bench/run_gpu_groupnorm_paths.sh runs the whole thing on the G
     python bench/groupnorm_paths.py collect DIR --trt-version V [--out FILE] [--device NAME]
                                                   # DIR/verify_{fp32,fp16}.json -> one results file
 
-Three inputs of batch 2, each through GroupNorm(32) (+ SiLU on two): 320 x 64 x 64 (fp32: the
-staged kernel on sm_90+), 640 x 64 x 64 (fp32: the wide kernel; fp16: the register path in 1024
-threads) and 320 x 128 x 128 (fp32: the loop path, its 640 KB groups past the shared memory;
-fp16: the wide kernel).  The original's engine needs TensorRT's InstanceNormalization plugin,
-which runs through cuDNN (a stub in our TensorRT 8.5 bundle), so the check is accuracy only.
+Four inputs, each through GroupNorm(32) (+ SiLU on two), one per kernel path on an H100: 2 x
+320 x 64 x 64 (fp32: the staged kernel), 2 x 640 x 64 x 64 (fp32: the wide kernel; fp16: the
+register path in 1024 threads), 2 x 320 x 128 x 128 (fp32: a cluster of 8 CTAs, its 640 KB
+groups past the shared memory; fp16: the wide kernel) and 1 x 320 x 256 x 256 (a VAE decoder's
+size; fp32: the loop path, its groups past a cluster; fp16: a cluster).  The original's engine
+needs TensorRT's InstanceNormalization plugin, which runs through cuDNN (a stub in our TensorRT
+8.5 bundle), so the check is accuracy only.
 """
 
 from __future__ import annotations
@@ -25,14 +27,24 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.bench_kernels import commit_info  # noqa: E402
+from fusion.plugins.library import groupnorm_launch_config  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "trt_groupnorm_paths.json"
-SHAPES = {"a": (2, 320, 64, 64), "b": (2, 640, 64, 64), "c": (2, 320, 128, 128)}
-PATHS = {  # the kernel each output's GroupNorm takes on an H100, by the plugin layer's precision
-    "ya": {"fp32": "fusion_groupnorm_staged_f32_v4_k40", "fp16": "fusion_groupnorm_reg_f16_v8_k80"},
-    "yb": {"fp32": "fusion_groupnorm_wide_f32_v4_k32", "fp16": "fusion_groupnorm_reg_f16_v8_k80"},
-    "yc": {"fp32": "fusion_groupnorm_loop_f32_v4", "fp16": "fusion_groupnorm_wide_f16_v8_k64"},
-}
+SHAPES = {"a": (2, 320, 64, 64), "b": (2, 640, 64, 64), "c": (2, 320, 128, 128), "d": (1, 320, 256, 256)}
+SILU = {"a": True, "b": False, "c": True, "d": False}
+GROUPS = 32
+H100 = (132, 232448)  # (SMs, opt-in shared memory per CTA): the device groupnorm_plan is asked for
+DTYPES = {"fp32": "float32", "fp16": "float16"}
+
+
+def h100_kernel(shape: tuple[int, ...], precision: str) -> str:
+    """The kernel the plugin's launch policy picks on an H100 for this input and precision."""
+    n, c, h, w = shape
+    return groupnorm_launch_config(DTYPES[precision], n, c, GROUPS, h * w, True, *H100)[0]
+
+
+# the kernel each output's GroupNorm takes on an H100, by the plugin layer's precision
+PATHS = {f"y{k}": {p: h100_kernel(shape, p) for p in DTYPES} for k, shape in SHAPES.items()}
 
 
 def export_model(path: Path) -> None:
@@ -43,14 +55,14 @@ def export_model(path: Path) -> None:
     class Blocks(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.g1, self.g2, self.g3 = (torch.nn.GroupNorm(32, c) for c in (320, 640, 320))
-            for g in (self.g1, self.g2, self.g3):
+            self.norms = torch.nn.ModuleList(torch.nn.GroupNorm(GROUPS, s[1]) for s in SHAPES.values())
+            for g in self.norms:
                 torch.nn.init.uniform_(g.weight, 0.5, 1.5)
                 torch.nn.init.uniform_(g.bias, -0.5, 0.5)
 
-        def forward(self, a, b, c):  # noqa: ANN001, ANN202
+        def forward(self, *xs):  # noqa: ANN002, ANN202
             silu = torch.nn.functional.silu
-            return silu(self.g1(a)), self.g2(b), silu(self.g3(c))
+            return tuple(silu(g(x)) if s else g(x) for g, x, s in zip(self.norms, xs, SILU.values(), strict=True))
 
     args = tuple(torch.randn(*s) for s in SHAPES.values())
     torch.onnx.export(Blocks(), args, str(path), opset_version=17, input_names=list(SHAPES),
@@ -65,8 +77,8 @@ def make_models(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     export_model(out / "gn.onnx")
     result = fusion.run(onnx.load(out / "gn.onnx"), ["groupnorm"], target="plugin")
-    if result.counts() != {"groupnorm": 3}:
-        raise SystemExit(f"expected 3 GroupNorm fusions, got {result.counts()}")
+    if result.counts() != {"groupnorm": len(SHAPES)}:
+        raise SystemExit(f"expected {len(SHAPES)} GroupNorm fusions, got {result.counts()}")
     onnx.save(result.model, out / "gn_fused.onnx")
 
 

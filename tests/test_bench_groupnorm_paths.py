@@ -1,5 +1,5 @@
-"""bench/groupnorm_paths.py without a GPU: the model fuses to three FusedGroupNorms that match
-onnxruntime, and collect() names the kernel each output ran through."""
+"""bench/groupnorm_paths.py without a GPU: the model fuses to four FusedGroupNorms that match
+onnxruntime, and collect() names the kernel each output ran through (one input per kernel path)."""
 
 from __future__ import annotations
 
@@ -19,20 +19,23 @@ def _report(errors: dict[str, float], passed: bool = True) -> dict:
 def test_collect_names_the_kernel_by_the_precision_each_plugin_ran_in(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSION_COMMIT", "abc1234")
     monkeypatch.setenv("FUSION_DIRTY", "0")
-    (tmp_path / "verify_fp32.json").write_text(json.dumps(_report({"ya": 4e-6, "yb": 5e-6, "yc": 1e-5})))
-    # fp16 build: ya kept fp32 (same error), yb and yc ran in fp16
-    (tmp_path / "verify_fp16.json").write_text(json.dumps(_report({"ya": 4e-6, "yb": 3e-3, "yc": 5e-3})))
+    (tmp_path / "verify_fp32.json").write_text(json.dumps(_report({"ya": 4e-6, "yb": 5e-6, "yc": 1e-5, "yd": 2e-5})))
+    # fp16 build: ya kept fp32 (same error), the others ran in fp16
+    (tmp_path / "verify_fp16.json").write_text(json.dumps(_report({"ya": 4e-6, "yb": 3e-3, "yc": 5e-3, "yd": 4e-3})))
     out = tmp_path / "r.json"
     data = gp.collect(tmp_path, "8.5.3.1", out, device="H100")
     assert json.loads(out.read_text()) == data
     assert data["meta"]["commit"] == "abc1234" and data["meta"]["device"] == "H100"
     kernels = {p: {o["output"]: (o["plugin_ran_in"], o["kernel"]) for o in r["outputs"]} for p, r in data["runs"].items()}
+    # one input per kernel path of the launch policy on an H100
     assert kernels["fp32"] == {"ya": ("fp32", "fusion_groupnorm_staged_f32_v4_k40"),
                                "yb": ("fp32", "fusion_groupnorm_wide_f32_v4_k32"),
-                               "yc": ("fp32", "fusion_groupnorm_loop_f32_v4")}  # fmt: skip
+                               "yc": ("fp32", "fusion_groupnorm_cluster_f32_v4_k40_c8"),
+                               "yd": ("fp32", "fusion_groupnorm_loop_f32_v4")}  # fmt: skip
     assert kernels["fp16"] == {"ya": ("fp32", "fusion_groupnorm_staged_f32_v4_k40"),
                                "yb": ("fp16", "fusion_groupnorm_reg_f16_v8_k80"),
-                               "yc": ("fp16", "fusion_groupnorm_wide_f16_v8_k64")}  # fmt: skip
+                               "yc": ("fp16", "fusion_groupnorm_wide_f16_v8_k64"),
+                               "yd": ("fp16", "fusion_groupnorm_cluster_f16_v8_k80_c8")}  # fmt: skip
 
 
 def test_collect_needs_both_reports(tmp_path):
@@ -47,5 +50,5 @@ def test_the_model_fuses_every_groupnorm(tmp_path):
     import onnx
 
     fused = onnx.load(tmp_path / "gn_fused.onnx")
-    assert [n.op_type for n in fused.graph.node if n.op_type == "FusedGroupNorm"] == ["FusedGroupNorm"] * 3
+    assert [n.op_type for n in fused.graph.node if n.op_type == "FusedGroupNorm"] == ["FusedGroupNorm"] * 4
     assert [o.name for o in fused.graph.output] == list(gp.PATHS)
