@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # FusedGroupNorm's kernel paths inside TensorRT 8.5 engines (bench/groupnorm_paths.py): export
 # and fuse the model (python3: torch), `fusion verify --trt` in fp32 and fp16 (py310, the
-# bundle), then the results file.  Carry the TensorRT 8 plugin library and the bundle's parts:
+# bundle), then the results file.  Carry the TensorRT 8 plugin library, .whl/ (as for
+# run_gpu_kernels.sh) and the bundle's parts:
 #   PLUGINS=$PWD/.work/lib/libfusion_plugins_trt8.so FUSION_COMMIT=<sha> bash bench/run_gpu_groupnorm_paths.sh
 # Results: $OUT/trt_groupnorm_paths.json (copy to bench/results/), verify logs in $OUT.
 set -u
@@ -11,12 +12,21 @@ mkdir -p "$OUT"
 PLUGINS=${PLUGINS:?set PLUGINS to the TensorRT 8 plugin library}
 # shellcheck source=bench/trt85_env.sh
 source bench/trt85_env.sh
+# python3 (torch) imports the fusion package: what it lacks comes from the carried .whl/ (as in
+# run_gpu_kernels.sh), on its path only (py310 has its own).
+DEPS=/tmp/fusion_pydeps
+for mod_pkg in onnx_graphsurgeon:onnx-graphsurgeon polygraphy:polygraphy ml_dtypes:ml_dtypes \
+    typing_extensions:typing_extensions; do
+    PYTHONPATH=$DEPS python3 -c "import ${mod_pkg%%:*}" 2>/dev/null ||
+        python3 -m pip install -q --no-index --find-links .whl --no-deps --target $DEPS "${mod_pkg##*:}"
+done
+PY3=(env "PYTHONPATH=$DEPS" python3)
 MODELS=/tmp/groupnorm_paths
-python3 bench/groupnorm_paths.py model $MODELS || exit 2
+"${PY3[@]}" bench/groupnorm_paths.py model $MODELS || exit 2
 for P in fp32 fp16; do
     py310 -m fusion verify --trt --plugins "$PLUGINS" --tactic-sources cublas,cublas_lt --precision $P --json \
         $MODELS/gn.onnx $MODELS/gn_fused.onnx >"$OUT/verify_$P.json" 2>"$OUT/verify_$P.log"
     echo "verify $P: rc=$?"
 done
-python3 bench/groupnorm_paths.py collect "$OUT" --out "$OUT/trt_groupnorm_paths.json" \
+"${PY3[@]}" bench/groupnorm_paths.py collect "$OUT" --out "$OUT/trt_groupnorm_paths.json" \
     --trt-version "$(py310 -c 'import tensorrt; print(tensorrt.__version__)')"
