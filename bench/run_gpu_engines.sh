@@ -4,7 +4,9 @@
 # to /tmp/trt85, or its parts in /tmp/trt-parts).  One model per call:
 #   MODEL=bert [ENGINES=unfused,trt_ln,trt_ln_fc] [PLUGINS=/path/libfusion_plugins_trt8.so] \
 #   [PRECISION=fp32] [BATCH=n] [TUNE=1] [LAYERS=1] [TIMING_CACHE_IN=file] bash bench/run_gpu_engines.sh
-# BATCH: the engines' batch (default: the model's, bench/trt_engines.py MODELS).
+# BATCH: the engines' batch (default: the model's, bench/trt_engines.py MODELS); RESULTS: the
+# results file the rows go to (default bench/results/trt_engines.json; the UNet at batch 1:
+# BATCH=1 RESULTS=bench/results/trt_engines_batch1.json).
 # LAYERS=1: each engine's per-layer profile (fusion.trt.layers), to $OUT/layers.tgz.
 # Results: bench/results/trt_engines.json (and $OUT/trt_engines.json when OUT is set); engines
 # and the timing cache stay in /tmp for the next call while the machine is warm.
@@ -34,7 +36,8 @@ fi
 [ -n "${TIMING_CACHE_IN:-}" ] && [ -f "$TIMING_CACHE_IN" ] && [ ! -f /tmp/trt_engines_timing.cache ] &&
     cp "$TIMING_CACHE_IN" /tmp/trt_engines_timing.cache
 py310 bench/trt_engines.py run --model "$MODEL" --onnx "$ONNX" --precision "${PRECISION:-fp32}" \
-    ${ENGINES:+--engines $ENGINES} ${PLUGINS:+--plugins $PLUGINS} ${BATCH:+--batch $BATCH} ${LAYERS:+--layers /tmp/trt_layers}
+    ${ENGINES:+--engines $ENGINES} ${PLUGINS:+--plugins $PLUGINS} ${BATCH:+--batch $BATCH} ${RESULTS:+--out $RESULTS} \
+    ${LAYERS:+--layers /tmp/trt_layers}
 rc=$?
 if [ -n "${TUNE:-}" ]; then
     case $MODEL in vit | unet) PROF="batch=8" ;; *) PROF="batch=8 seq=128" ;; esac
@@ -47,7 +50,7 @@ if [ -n "${TUNE:-}" ]; then
     tail -n 30 /tmp/trt_models/$MODEL.tune.txt
 fi
 if [ -n "${OUT:-}" ]; then
-    cp bench/results/trt_engines.json /tmp/trt_models/*.tune.txt "$OUT"/ 2>/dev/null
+    cp "${RESULTS:-bench/results/trt_engines.json}" /tmp/trt_models/*.tune.txt "$OUT"/ 2>/dev/null
     [ -d /tmp/trt_layers ] && tar czf "$OUT/layers.tgz" -C /tmp/trt_layers .
     cp /tmp/trt_engines_timing.cache "$OUT/" 2>/dev/null
 fi
