@@ -465,9 +465,9 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // 40 / 80 each, so x is still read once up to 8 x 1024 x K; two cluster barriers a row.
 // Measured (kernels_groupnorm_sweep.json): fp32 320 x 128 x 128 0.42 (loop) -> 0.79 of the
 // copy in 512-thread CTAs (0.75 in 4 CTAs of 1024).  Where one CTA or the wide path holds the
-// group, clusters were slower: fp32 40960 0.76-0.83 against staged 0.89-0.93; fp16 640 x 64 x
-// 64 0.70-0.78 (2, 4, 8 CTAs) against 0.79-0.85 in one CTA of 1024; the wide path's groups
-// 0.69-0.80 against 0.73-0.80.
+// group, clusters (of 2, 4 or 8) were slower: fp32 40960 0.73-0.85 against 0.86-0.93 staged;
+// fp16 640 x 64 x 64 0.64-0.78 against 0.72-0.85 in one CTA of 1024; the wide path's groups
+// 0.64-0.80 against 0.73-0.81.
 // FUSION_GROUPNORM_STATIC_SMEM: what the opt-in must also leave for the kernels' static shared
 // memory (buf, the barrier).
 #define FUSION_GROUPNORM_THREADS 1024
