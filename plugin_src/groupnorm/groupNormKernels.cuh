@@ -8,7 +8,7 @@
 // deviations from the mean: no cancellation for groups with a large mean); the last step
 // normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
 //
-// Four paths:
+// Five paths:
 //   reg    - the group held in registers: each thread caches K elements as K / VEC packs of T
 //            (fp16 stays packed, two per register), so x is read once and y written once.
 //            VEC = 16 / sizeof(T) where x and y are 16-byte aligned and cols % VEC == 0

@@ -111,6 +111,24 @@ bool usableKernel(void const* kernel, int bytes, int minPtx)
     return ok;
 }
 
+// A launch in clusters of plan.cluster CTAs, sized at run time (cudaLaunchKernelEx): the
+// library's builds for older GPUs cannot carry a cluster size in the kernel.
+cudaError_t launchClusters(NormPlan const& plan, void** args, cudaStream_t stream)
+{
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(plan.grid));
+    config.blockDim = dim3(plan.block);
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelExC(&config, plan.kernel, args);
+}
+
 int64_t threadsFor(int64_t packs, int64_t perThread)
 {
     return ((packs + perThread - 1) / perThread + 31) / 32 * 32;
@@ -240,18 +258,7 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
     void* args[] = {&x, &gamma, &beta, &y, &rowsArg, &channelsArg, &groupsArg, &spatialArg, &eps, &siluArg};
     if (plan.cluster > 1)
     {
-        cudaLaunchAttribute attr{};
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = static_cast<unsigned>(plan.cluster);
-        attr.val.clusterDim.y = 1;
-        attr.val.clusterDim.z = 1;
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(static_cast<unsigned>(plan.grid));
-        config.blockDim = dim3(plan.block);
-        config.stream = stream;
-        config.attrs = &attr;
-        config.numAttrs = 1;
-        if (cudaLaunchKernelExC(&config, plan.kernel, args) == cudaSuccess)
+        if (launchClusters(plan, args, stream) == cudaSuccess)
         {
             return cudaSuccess;
         }
