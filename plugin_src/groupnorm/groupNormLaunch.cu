@@ -187,22 +187,26 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     {
         KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
         int64_t const tailBytes = wide == nullptr ? 0 : (nv - wide->k / vec * FUSION_GROUPNORM_THREADS) * 16;
-        KernelEntry const* cluster
-            = findKernel(std::begin(kClusterKernels), std::end(kClusterKernels), typeName, vec);
-        int64_t const clusterThreads
-            = cluster == nullptr ? 0 : threadsFor((nv + cluster->cluster - 1) / cluster->cluster, cluster->k / vec);
+        KernelEntry const* cluster = device.stageSms > 0
+            ? findKernel(std::begin(kClusterKernels), std::end(kClusterKernels), typeName, vec)
+            : nullptr;
         if (wide != nullptr && tailBytes <= smemFree)
         {
             use = wide;
             plan.block = FUSION_GROUPNORM_THREADS;
             plan.smem = static_cast<int32_t>(tailBytes);
         }
-        else if (cluster != nullptr && device.stageSms > 0 && clusterThreads <= FUSION_GROUPNORM_THREADS)
+        else if (cluster != nullptr)
         {
-            use = cluster;
-            plan.block = static_cast<int32_t>(clusterThreads);
-            plan.cluster = cluster->cluster;
-            plan.grid = (rows > INT_MAX / cluster->cluster ? INT_MAX / cluster->cluster : rows) * cluster->cluster;
+            int64_t const threads = threadsFor((nv + cluster->cluster - 1) / cluster->cluster, cluster->k / vec);
+            if (threads <= FUSION_GROUPNORM_THREADS)
+            {
+                use = cluster;
+                plan.block = static_cast<int32_t>(threads);
+                plan.cluster = cluster->cluster;
+                int64_t const clusters = rows > INT_MAX / cluster->cluster ? INT_MAX / cluster->cluster : rows;
+                plan.grid = clusters * cluster->cluster;
+            }
         }
     }
     if (use != nullptr)

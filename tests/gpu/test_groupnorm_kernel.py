@@ -38,7 +38,7 @@ CASES = [
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
     ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / v8_k80
     ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
-    ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8 in 416 threads [loop] (a 384 KB tail) / wide_k64 (128 KB)
+    ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8, 416 threads [loop; a 384 KB tail] / wide_k64 (128 KB)
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
     ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k4 / v8_k8, packs span channels
     ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k4 / v8_k8 (fp16 packs span channels)
@@ -50,7 +50,7 @@ CASES = [
     ((1, 96, 16, 16), 1, 1),  # unaligned, cols 24576: v1_k24 (the scalar path's largest)
     ((2, 5, 5005), 1, 0),  # cols 25025, odd, > 1024 x 24: loop
     ((1, 32, 100, 100), 4, 1),  # unaligned, cols 80000: loop
-    ((1, 32, 96, 96), 1, 0),  # one group of 294912: cluster_c8 in 928 / 480 threads [the loop path's grid-stride loops]
+    ((1, 32, 96, 96), 1, 0),  # one group of 294912: cluster_c8, 928 / 480 threads [loop, grid-strided]
     ((1, 8, 256, 256), 1, 0),  # one group of 524288: loop (> 8 x 1024 x 40) / cluster_c8 in 832 threads
 ]
 
