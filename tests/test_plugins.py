@@ -261,10 +261,13 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 16, 320, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"
     assert cfg("float32", 1, 96, 1, 256, False, *h100)[0] == "fusion_groupnorm_reg_f32_v1_k24"
     # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:
-    # 81920 - 32768 in 192 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB).
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 256, 1024)
-    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 1024)
+    # 81920 - 32768 in 192 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB), on one CTA an SM
+    # where the device says how many (each loads its next group as it writes); else one a group.
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 132, 1024)
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 132, 1024)
+    assert cfg("float16", 1, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 32, 1024)
     assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
+    assert cfg("float32", 8, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 8, 1024)
     # Past the wide path (sm_90+): a cluster of 8 CTAs, the grid counting CTAs (SDXL's 320x128x128
     # in fp32, a 384 KB tail), up to 8 x 1024 x K; else the loop.
     assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 512, 512)

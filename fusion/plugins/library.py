@@ -981,7 +981,7 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
         if vec > 1:
             wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
             if groupnorm_smem(wide, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM:
-                return wide, min(rows, _INT_MAX), GROUPNORM_THREADS
+                return wide, min(rows, stage_sms or _INT_MAX), GROUPNORM_THREADS
             cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
             if cluster:
                 return cluster
@@ -1023,7 +1023,7 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
         return out
     wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
     if groupnorm_smem(wide, dtype, cols) <= room:
-        out.append((wide, min(rows, _INT_MAX), GROUPNORM_THREADS))
+        out.append((wide, min(rows, stage_sms or _INT_MAX), GROUPNORM_THREADS))
     cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
     return out + [cluster] if cluster else out
 

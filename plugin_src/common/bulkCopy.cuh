@@ -72,4 +72,26 @@ __device__ __forceinline__ void bulkLoad(void* dst, void const* src, unsigned by
 #endif
 }
 
+// One thread's 16-byte global -> shared copy (cp.async, sm_80+; a plain copy before).  `after`
+// is a register the caller computed from dst's old contents: as an operand it makes the copy
+// wait for that read, so the copy cannot overwrite what the thread has not read yet.
+__device__ __forceinline__ void copyAsync16(void* dst, void const* src, unsigned after)
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16; // after %2" ::"r"(sharedAddress(dst)), "l"(src),
+        "r"(after)
+        : "memory");
+#else
+    *static_cast<uint4*>(dst) = *static_cast<uint4 const*>(src);
+#endif
+}
+
+// This thread's cp.async copies have landed.
+__device__ __forceinline__ void copyAsyncWait()
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 } // namespace fusion_kernels

@@ -128,6 +128,13 @@ struct GroupRow
     }
 };
 
+// A pack's first 32 bits (a dependency for copyAsync16).
+template <typename P>
+__device__ __forceinline__ unsigned packWord(P const& p)
+{
+    return *reinterpret_cast<unsigned const*>(&p); // (packs are 16-byte aligned)
+}
+
 // The sum of v over the CTA (CL == 1) or over the CL CTAs of its cluster (sm_90+): each CTA's
 // total goes to its own shared `slot`, and every thread adds the CL slots in rank order (the
 // same order everywhere, so the cluster's CTAs agree bit for bit).  Callers alternate two
@@ -288,8 +295,12 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
 // Groups past the register cache (the "wide" path): the first N * blockDim packs of a row in
 // registers as in the reg path, the rest in dynamic shared memory, so x is still read once.
 // Each thread keeps its own tail packs (tid, tid + blockDim, ...), so the shared tail needs no
-// barrier: it is per-thread storage that stays on chip.  The launcher checks that the tail
-// fits the device's shared memory and that the head is full (nv > N * blockDim).
+// barrier: it is per-thread storage that stays on chip.  Rows are grid-strided, and as each
+// tail pack's output is made, the pack takes the CTA's next row's (cp.async): on a grid of
+// one CTA per SM the SM reads its next group while it writes this one.  (The register head
+// is reloaded at the top of a row: held across the tail loop it would spill.)  The launcher
+// checks that the tail fits the device's shared memory and that the head is full
+// (nv > N * blockDim).
 template <typename T, int VEC, int K>
 __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
@@ -310,6 +321,14 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     unsigned const uspatial = static_cast<unsigned>(spatial);
     bool const packChannel = spatial % VEC == 0;
     float const inverseCols = 1.F / static_cast<float>(cols);
+    if (blockIdx.x < rows)
+    {
+        P const* first = reinterpret_cast<P const*>(x + static_cast<long long>(blockIdx.x) * cols) + head;
+        for (int p = tid; p < tailPacks; p += step)
+        {
+            copyAsync16(tail + p, first + p, 0U);
+        }
+    }
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
         GroupRow<T, VEC> const r(x, y, gamma, beta, row, cols, groups, perGroup);
@@ -319,11 +338,7 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
         {
             cache[i] = r.x[tid + i * step];
         }
-#pragma unroll 4
-        for (int p = tid; p < tailPacks; p += step)
-        {
-            tail[p] = r.x[head + p];
-        }
+        copyAsyncWait(); // this thread's tail packs have landed (no other thread reads them)
         float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
         float acc = 0.F;
 #pragma unroll
@@ -354,11 +369,18 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
             r.y[idx] = groupNormPack<T, VEC>(cache[i], static_cast<unsigned>(idx) * VEC, s, r.gamma, r.beta, uspatial,
                 packChannel, silu);
         }
+        P const* next = reinterpret_cast<P const*>(x + (row + gridDim.x) * cols);
+        bool const more = row + gridDim.x < rows;
         for (int p = tid; p < tailPacks; p += step)
         {
             int const idx = head + p;
-            r.y[idx] = groupNormPack<T, VEC>(tail[p], static_cast<unsigned>(idx) * VEC, s, r.gamma, r.beta, uspatial,
-                packChannel, silu);
+            P const out = groupNormPack<T, VEC>(tail[p], static_cast<unsigned>(idx) * VEC, s, r.gamma, r.beta,
+                uspatial, packChannel, silu);
+            if (more)
+            {
+                copyAsync16(tail + p, next + idx, packWord(out));
+            }
+            r.y[idx] = out;
         }
         __syncthreads(); // buf is rewritten by the next row
     }

@@ -195,6 +195,10 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
             use = wide;
             plan.block = FUSION_GROUPNORM_THREADS;
             plan.smem = static_cast<int32_t>(tailBytes);
+            if (device.stageSms > 0 && rows > device.stageSms)
+            {
+                plan.grid = device.stageSms; // one CTA an SM, each loading its next group as it writes
+            }
         }
         else if (cluster != nullptr)
         {

@@ -232,8 +232,9 @@ WIDE = [("float32", 4, 32), ("float16", 8, 64)]
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", WIDE, ids=[f"{d}_v{v}_k{k}" for d, v, k in WIDE])
 def test_groupnorm_wide_rows_grid_strided(cp, module, kernel):
-    """The wide path on fewer CTAs than groups: each CTA reuses its shared tail row after row;
-    a tail of one pack less than the threads, so some threads hold none."""
+    """The wide path on fewer CTAs than groups: each CTA reuses its shared tail row after row,
+    loading its next row's tail as it writes (uneven: 10 rows on 3 CTAs); a tail of one pack
+    less than the threads, so some threads hold none."""
     dtype, vec, k = kernel
     # 10 groups of vec channels x 9215: (k / vec * 1024 + 1023) packs, 1023 of them in the tail
     # (k / vec = 8 for both), and packs that span two channels (9215 % vec != 0).
