@@ -8,7 +8,7 @@ TensorRT engines (bench/run_gpu_groupnorm_paths.sh runs the whole thing on the G
 
 Four inputs, each through GroupNorm(32) (+ SiLU on two), one per kernel path on an H100: 2 x
 320 x 64 x 64 (fp32: the staged kernel), 2 x 640 x 64 x 64 (fp32: the wide kernel; fp16: the
-register path in 1024 threads), 2 x 320 x 128 x 128 (fp32: a cluster of 8 CTAs, its 640 KB
+wide kernel in two 512-thread CTAs an SM), 2 x 320 x 128 x 128 (fp32: a cluster of 8 CTAs, its 640 KB
 groups past the shared memory; fp16: the wide kernel) and 1 x 320 x 256 x 256 (a VAE decoder's
 size; fp32: the loop path, its groups past a cluster; fp16: a cluster).  The original's engine
 needs TensorRT's InstanceNormalization plugin, which runs through cuDNN (a stub in our TensorRT

@@ -906,6 +906,7 @@ GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
 GROUPNORM_THREADS = 1024
 GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
 GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device can
+GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, two an SM
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 GROUPNORM_WIDE_KS = {4: 32, 8: 64}  # the wide kernels' K (register head) per pack width
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
@@ -947,16 +948,30 @@ def groupnorm_cluster_launch(dtype: str, vec: int, rows: int, cols: int) -> tupl
     return groupnorm_cluster_kernel(dtype, vec, k, cl), min(rows, _INT_MAX // cl) * cl, block
 
 
-def groupnorm_smem(name: str, dtype: str, cols: int) -> int:
+def groupnorm_smem(name: str, dtype: str, cols: int, block: int = GROUPNORM_THREADS) -> int:
     """Dynamic shared memory bytes of a GroupNorm launch: a group (staged kernels), a group's
-    tail past the 1024 threads' registers (wide kernels), else 0."""
+    tail past the registers of ``block`` threads (wide kernels), else 0."""
     if "_staged_" in name:
         return cols * _ELEM_BYTES[dtype]
     m = re.search(r"_wide_\w+_v(\d+)_k(\d+)$", name)
     if m is None:
         return 0
     vec, k = int(m.group(1)), int(m.group(2))
-    return (cols // vec - k // vec * GROUPNORM_THREADS) * 16
+    return (cols // vec - k // vec * block) * 16
+
+
+def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
+                          smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
+    """fp16 groups whose register-path CTA would fill an SM: the wide kernel in
+    GROUPNORM_PAIR_THREADS-thread CTAs, two an SM (min(rows, 2 * stage_sms) of them), where its
+    head is full and two tails fit the opt-in; else None."""
+    if dtype != "float16" or stage_sms <= 0 or vec not in GROUPNORM_WIDE_KS:
+        return None
+    wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
+    tail = groupnorm_smem(wide, dtype, cols, GROUPNORM_PAIR_THREADS)
+    if tail <= 0 or 2 * (tail + GROUPNORM_STATIC_SMEM) > smem_optin:
+        return None
+    return wide, min(rows, 2 * stage_sms), GROUPNORM_PAIR_THREADS
 
 
 def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,
@@ -968,8 +983,9 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     else a cluster of 8 CTAs where ``stage_sms`` and they hold it (the grid then counts CTAs);
     else the loop path.  A register-path CTA over 512 threads fills an SM: with ``stage_sms``
     (the device's SM count where it runs the staged and cluster kernels, sm_90+) and the group
-    within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs.
-    ``groupnorm_smem`` gives the launch's shared memory."""
+    within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs; fp16 takes
+    groupnorm_pair_launch there.  The wide path runs on min(rows, stage_sms) CTAs where
+    ``stage_sms``.  ``groupnorm_smem`` gives the launch's shared memory."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
@@ -988,10 +1004,12 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
         return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
     k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
     staged = groupnorm_staged_kernel(dtype, vec, k)
-    if (stage_sms > 0 and block > GROUPNORM_STAGE_THREADS and GROUPNORM_STAGED_KS.get(vec) == k
+    fills_sm = stage_sms > 0 and vec > 1 and block > GROUPNORM_STAGE_THREADS
+    if (fills_sm and GROUPNORM_STAGED_KS.get(vec) == k
             and groupnorm_smem(staged, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM):
         return staged, min(rows, stage_sms), block
-    return groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block
+    pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
+    return pair or (groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block)
 
 
 def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
@@ -1005,7 +1023,8 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
                          smem_optin: int = 0) -> list[tuple[str, int, int]]:  # fmt: skip
     """Every launch (kernel name, grid, block) of the vector packs that holds ``rows`` groups of
     ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
-    its staged launch where there is one, and where no K holds the group the wide launch and
+    its staged launch where there is one, the fp16 pair launch where a CTA would fill an SM
+    (groupnorm_pair_launch), and where no K holds the group the wide launch and
     the cluster launch (sm_90+), where they fit (the device as in groupnorm_plan; the policy
     picks one, the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
@@ -1020,7 +1039,9 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
             if stage_sms > 0 and GROUPNORM_STAGED_KS.get(vec) == k and groupnorm_smem(staged, dtype, cols) <= room:
                 out.append((staged, min(rows, stage_sms), block))
     if out:
-        return out
+        fills_sm = out[-1][2] > GROUPNORM_STAGE_THREADS  # even the largest K's CTA
+        pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
+        return out + [pair] if pair else out
     wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
     if groupnorm_smem(wide, dtype, cols) <= room:
         out.append((wide, min(rows, stage_sms or _INT_MAX), GROUPNORM_THREADS))
@@ -1064,7 +1085,7 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
     fn = module.get_function(name)
-    smem = groupnorm_smem(name, dtype, cols)
+    smem = groupnorm_smem(name, dtype, cols, block)
     if smem > fn.max_dynamic_shared_size_bytes:
         fn.max_dynamic_shared_size_bytes = smem
     fn((grid,), (block,), args, shared_mem=smem)

@@ -495,6 +495,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 #define FUSION_GROUPNORM_THREADS 1024
 #define FUSION_GROUPNORM_TARGET_THREADS 256
 #define FUSION_GROUPNORM_STAGE_THREADS 512
+#define FUSION_GROUPNORM_PAIR_THREADS 512
 #define FUSION_GROUPNORM_STATIC_SMEM 1024
 #define FUSION_GROUPNORM_MIN_BLOCKS(VEC, K) ((K) <= 2 * (VEC) && (VEC) > 1 ? 2 : 1)
 

@@ -1,7 +1,7 @@
 // Launch policy for the GroupNorm kernels: the register path (x read once) while the group
-// fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (staged
-// where a CTA fills the SM); past that the wide path, else a cluster of CTAs (sm_90+), else the
-// three-pass loop path.
+// fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (where a
+// CTA would fill the SM: fp32 staged, fp16 the wide kernel in two CTAs an SM); past that the
+// wide path, else a cluster of CTAs (sm_90+), else the three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
@@ -171,16 +171,29 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         }
     }
     KernelEntry const* use = pick;
-    if (pick != nullptr && device.stageSms > 0 && vec > 1 && plan.block > FUSION_GROUPNORM_STAGE_THREADS
-        && cols * elemBytes <= smemFree)
+    // A register-path CTA over STAGE threads fills the SM (sm_90+, with the device's SM count).
+    bool const fillsSm
+        = pick != nullptr && device.stageSms > 0 && vec > 1 && plan.block > FUSION_GROUPNORM_STAGE_THREADS;
+    KernelEntry const* staged = fillsSm && cols * elemBytes <= smemFree
+        ? findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k)
+        : nullptr;
+    if (staged != nullptr)
     {
-        KernelEntry const* staged
-            = findKernel(std::begin(kStagedKernels), std::end(kStagedKernels), typeName, vec, pick->k);
-        if (staged != nullptr)
+        use = staged;
+        plan.grid = rows < device.stageSms ? rows : device.stageSms;
+        plan.smem = static_cast<int32_t>(cols * elemBytes);
+    }
+    else if (fillsSm && !f32)
+    {
+        // fp16: the wide kernel in half-size CTAs, two an SM, where two tails fit.
+        KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
+        int64_t const tailBytes = wide == nullptr ? 0 : (nv - wide->k / vec * FUSION_GROUPNORM_PAIR_THREADS) * 16;
+        if (wide != nullptr && tailBytes > 0 && 2 * (tailBytes + FUSION_GROUPNORM_STATIC_SMEM) <= device.smemOptin)
         {
-            use = staged;
-            plan.grid = rows < device.stageSms ? rows : device.stageSms;
-            plan.smem = static_cast<int32_t>(cols * elemBytes);
+            use = wide;
+            plan.block = FUSION_GROUPNORM_PAIR_THREADS;
+            plan.grid = rows < 2 * device.stageSms ? rows : 2 * device.stageSms;
+            plan.smem = static_cast<int32_t>(tailBytes);
         }
     }
     else if (pick == nullptr && vec > 1)
