@@ -73,7 +73,9 @@ __device__ __forceinline__ float silu(float v)
 }
 
 // The output pack of elements first .. first + VEC - 1 of a row.  A pack's elements share one
-// channel when a channel's elements are whole packs (packChannel).
+// channel when a channel's elements are whole packs (packChannel), else span two where a
+// channel has at least VEC elements (one division a pack, not one an element: SD at 720 x 720,
+// a 90 x 90 latent, has fp16 packs across channels), else more.
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, unsigned first, RowStats const& s,
     T const* gr, T const* br, unsigned spatial, bool packChannel, int silu)
@@ -87,6 +89,17 @@ __device__ __forceinline__ Pack<T, VEC> groupNormPack(Pack<T, VEC> const& in, un
         for (int e = 0; e < VEC; ++e)
         {
             v[e] = f(toFloat(in.v[e]), s);
+        }
+    }
+    else if (spatial >= VEC)
+    {
+        unsigned const c0 = first / spatial;
+        unsigned const inFirst = (c0 + 1) * spatial - first; // elements still in channel c0 (>= 1)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+        {
+            unsigned const c = static_cast<unsigned>(e) < inFirst ? c0 : c0 + 1;
+            v[e] = ChannelAffine<T>(s, toFloat(gr[c]), toFloat(br[c]))(toFloat(in.v[e]), s);
         }
     }
     else
