@@ -19,7 +19,10 @@
 //            once.  (Where two or more CTAs share an SM they overlap that way already, and
 //            staging measured slower.)  Same arithmetic as reg: the same outputs, bit for bit.
 //   wide   - groups past the register cache (VEC packs): 1024 threads hold K elements each in
-//            registers and the rest in shared memory (up to the device's opt-in), x read once.
+//            registers and the rest in shared memory (up to the device's opt-in), x read once;
+//            on a grid of one CTA per SM, each CTA loads its next group's shared part as it
+//            writes this one (cp.async).  fp16 also takes it, in 512-thread CTAs two an SM,
+//            for groups whose register-path CTA would fill the SM.
 //   cluster - reg with a group spread over a cluster of CL CTAs (sm_90+, VEC packs), for groups
 //            past the wide path: x still read once; the CTAs add their sums through
 //            distributed shared memory.
@@ -490,11 +493,19 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // 0.93-0.94 of the same-bytes copy, with SiLU 0.86 -> 0.90-0.91; 2-4 CTAs an SM staged were
 // 1-15% slower than unstaged, and fp16 K = 80 in 1024 threads (groups of 81920, SDXL's 640 x
 // 64 x 64) 0.834-0.844 against 0.856 (its staged build spills), so only fp32 K = 40 stages.
+// Pairs: fp16 there instead takes the wide kernel (K = 64) in FUSION_GROUPNORM_PAIR_THREADS-
+// thread CTAs, two an SM where two tails fit the opt-in, on a grid of two CTAs per SM: one
+// CTA's reductions and SiLU overlap the other's loads.  Measured (the sweep's ab_wide512): with
+// SiLU 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 ->
+// 0.82-0.86 (within 2 points either way).
 // Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte
 // packs, where the tail fits the device's shared memory (H100: fp32 <= 98304, fp16 <= 196608):
 // K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%
 // slower).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the
-// copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch).
+// copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch); with
+// the next group's tail loaded as each CTA writes (one CTA an SM), 0.83 and 0.74-0.79
+// (ab_next_row: the same for the register head measured 0.56-0.71 where it was 0.82-0.92, so
+// only the shared tail is loaded ahead).
 // Clusters: groups past the wide path too (fp32 > 98304, fp16 > 196608 elements on the H100),
 // on sm_90+ with 16-byte packs, spread over a cluster of 8 CTAs (the portable maximum) of K =
 // 40 / 80 each, so x is still read once up to 8 x 1024 x K; two cluster barriers a row.
