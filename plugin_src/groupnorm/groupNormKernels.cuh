@@ -5,8 +5,9 @@
 // Device code only, no TensorRT: the same source compiles under nvcc (plugin library) and
 // NVRTC (cupy.RawModule, tests/gpu).  Statistics in fp32, two-pass (common/normKernels.cuh
 // cachedStats: the mean of deviations from the row's first element, then the sum of squared
-// deviations from the mean: no cancellation for groups with a large mean); the last step
-// normalizes, applies the per-channel affine and, if silu != 0, y * sigmoid(y).
+// deviations from the mean: no cancellation for groups with a large mean), except on the wide
+// path: one pass about a pivot near the mean (onePassStats); the last step normalizes, applies
+// the per-channel affine and, if silu != 0, y * sigmoid(y).
 //
 // Five paths:
 //   reg    - the group held in registers: each thread caches K elements as K / VEC packs of T
@@ -21,8 +22,8 @@
 //   wide   - groups past the register cache (VEC packs): 1024 threads hold K elements each in
 //            registers and the rest in shared memory (up to the device's opt-in), x read once;
 //            on a grid of one CTA per SM, each CTA loads its next group's shared part as it
-//            writes this one (cp.async).  fp16 also takes it, in 512-thread CTAs two an SM,
-//            for groups whose register-path CTA would fill the SM.
+//            writes this one (cp.async); statistics in one pass.  fp16 also takes it, in
+//            512-thread CTAs two an SM, for groups whose register-path CTA would fill the SM.
 //   cluster - reg with a group spread over a cluster of CL CTAs (sm_90+, VEC packs), for groups
 //            past the wide path: x still read once; the CTAs add their sums through
 //            distributed shared memory.
@@ -143,6 +144,63 @@ struct GroupRow
     {
     }
 };
+
+// Adds the pack's deviations from pivot to acc and their squares to sq.
+template <typename T, int VEC>
+__device__ __forceinline__ void packSumSquares(Pack<T, VEC> const& p, float pivot, float& acc, float& sq)
+{
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+    {
+        float const d = toFloat(p.v[e]) - pivot;
+        acc += d;
+        sq = fmaf(d, d, sq);
+    }
+}
+
+// blockSum of two values at once (one barrier).
+__device__ __forceinline__ float2 blockSum2(float2 v, float2* buf)
+{
+    v.x = warpSum(v.x);
+    v.y = warpSum(v.y);
+    int const lane = threadIdx.x & 31;
+    if (lane == 0)
+    {
+        buf[threadIdx.x >> 5] = v;
+    }
+    __syncthreads();
+    float2 const w = lane < static_cast<int>(blockDim.x >> 5) ? buf[lane] : make_float2(0.F, 0.F);
+    return make_float2(warpSum(w.x), warpSum(w.y));
+}
+
+// The wide path's row statistics in one pass: sums and squares of the deviations from a pivot,
+// the mean of the threads' first packs (cache[0]), so no cancellation: those packs being a
+// fraction f of the row, (mean - pivot)^2 <= var * (1 - f) / f whatever the data (f >= 1/24
+// here; the first element as pivot needs the second pass).  One barrier a sum: with one CTA an
+// SM nothing hides the statistics, and the second pass over the group cost 2-7 points of the
+// copy (the sweep's ab_one_pass; on the register path, where CTAs share SMs, one pass measured
+// 2-5 points slower: its build spills).  tail: shared packs tid, tid + step, ... below tailPacks.
+template <typename T, int VEC, int N>
+__device__ __forceinline__ RowStats onePassStats(Pack<T, VEC> const (&cache)[N], Pack<T, VEC> const* tail, int tid,
+    int step, int tailPacks, float inverseCols, float eps, float* buf, float2* buf2)
+{
+    float const pivot = blockSum(packSum(cache[0], 0.F), buf) / static_cast<float>(step * VEC);
+    float acc = 0.F;
+    float sq = 0.F;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+    {
+        packSumSquares(cache[i], pivot, acc, sq);
+    }
+    for (int p = tid; p < tailPacks; p += step)
+    {
+        packSumSquares(tail[p], pivot, acc, sq);
+    }
+    float2 const t = blockSum2(make_float2(acc, sq), buf2);
+    float const shift = t.x * inverseCols;
+    float const var = fmaxf(t.y * inverseCols - shift * shift, 0.F);
+    return RowStats{pivot, shift, rsqrtf(var + eps)};
+}
 
 // A pack's first 32 bits (a dependency for copyAsync16).
 template <typename P>
@@ -326,6 +384,7 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     using P = Pack<T, VEC>;
     static_assert(VEC > 1, "the wide path moves vector packs");
     __shared__ float buf[2][32];
+    __shared__ float2 buf2[32];
     extern __shared__ __align__(16) unsigned char wideTail[];
     P* const tail = reinterpret_cast<P*>(wideTail);
     int const perGroup = channels / groups;
@@ -355,29 +414,7 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
             cache[i] = r.x[tid + i * step];
         }
         copyAsyncWait(); // this thread's tail packs have landed (no other thread reads them)
-        float const pivot = toFloat(x[row * cols]); // same address: one broadcast load
-        float acc = 0.F;
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-        {
-            acc += packSum(cache[i], pivot);
-        }
-        for (int p = tid; p < tailPacks; p += step)
-        {
-            acc += packSum(tail[p], pivot);
-        }
-        float const shift = blockSum(acc, buf[0]) * inverseCols;
-        float sq = 0.F;
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-        {
-            sq += packSquares(cache[i], pivot, shift);
-        }
-        for (int p = tid; p < tailPacks; p += step)
-        {
-            sq += packSquares(tail[p], pivot, shift);
-        }
-        RowStats const s{pivot, shift, rsqrtf(blockSum(sq, buf[1]) * inverseCols + eps)};
+        RowStats const s = onePassStats<T, VEC, N>(cache, tail, tid, step, tailPacks, inverseCols, eps, buf[0], buf2);
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
@@ -505,7 +542,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch); with
 // the next group's tail loaded as each CTA writes (one CTA an SM), 0.83 and 0.74-0.79
 // (ab_next_row: the same for the register head measured 0.56-0.71 where it was 0.82-0.92, so
-// only the shared tail is loaded ahead).
+// only the shared tail is loaded ahead); with one-pass statistics, 0.85 and 0.78-0.82
+// (ab_one_pass, the same call: +1.5 to +7 points on every wide and pair launch).
 // Clusters: groups past the wide path too (fp32 > 98304, fp16 > 196608 elements on the H100),
 // on sm_90+ with 16-byte packs, spread over a cluster of 8 CTAs (the portable maximum) of K =
 // 40 / 80 each, so x is still read once up to 8 x 1024 x K; two cluster barriers a row.

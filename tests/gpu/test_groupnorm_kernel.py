@@ -246,6 +246,41 @@ def test_groupnorm_wide_rows_grid_strided(cp, module, kernel, block):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("data", ["tiny_spread", "sampled_part_off", "outlier_first"])
+@pytest.mark.parametrize("shape", [(2, 384, 64, 64), (1, 320, 128, 128)], ids=["g49152", "g163840"])
+@pytest.mark.parametrize("dtype", sorted(TOL))
+def test_groupnorm_wide_one_pass_statistics(cp, module, dtype, shape, data):
+    """The wide path's one-pass statistics (about the mean of each thread's first pack) against
+    float64 on the data that breaks a careless one-pass variance: a spread far below the mean,
+    the sampled packs' region far from the rest of the group, an outlier as the first element.
+    (fp32 groups of 49152 take the wide path, fp16 ones the wide kernel in 512 threads; groups of
+    163840 the wide path in fp16, a cluster in fp32.)"""
+    limits = device_groupnorm_limits()
+    name = groupnorm_launch_config(dtype, shape[0], shape[1], 32, shape[2] * shape[3], True, *limits)[0]
+    if "_wide_" not in name:
+        pytest.skip(f"{dtype} {shape} takes {name} here")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape)
+    rows = x.reshape(shape[0] * 32, -1)
+    big = 1000.0 if dtype == "float32" else 100.0
+    if data == "tiny_spread":
+        x = x * (big * 1e-4) + big
+    elif data == "sampled_part_off":
+        rows[:, :4096] += big  # the threads' first packs (and a little more) sit far from the rest
+    else:
+        rows[:, 0] = 30 * big
+    x = x.astype(dtype)
+    g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    dx, dg, db, dy = cp.asarray(x), cp.asarray(g), cp.asarray(b), cp.full(shape, np.nan, dtype=dtype)
+    launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], 32,
+                     shape[2] * shape[3], 1e-5, False)  # fmt: skip
+    atol, rtol = TOL[dtype]
+    np.testing.assert_allclose(cp.asnumpy(dy).astype(np.float64), reference(x, g, b, 32, 1e-5, False), atol=atol,
+                               rtol=rtol)  # fmt: skip
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", sorted(TOL))
 def test_groupnorm_cluster_rows_grid_strided(cp, module, dtype):
     """A group over a cluster of CTAs, on fewer clusters than groups: each cluster takes its rows
