@@ -534,7 +534,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // thread CTAs, two an SM where two tails fit the opt-in, on a grid of two CTAs per SM: one
 // CTA's reductions and SiLU overlap the other's loads.  Measured (the sweep's ab_wide512): with
 // SiLU 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 ->
-// 0.82-0.86 (within 2 points either way).
+// 0.82-0.86 (-1.4 to +4.9 points).
 // Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte
 // packs, where the tail fits the device's shared memory (H100: fp32 <= 98304, fp16 <= 196608):
 // K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%
