@@ -5,8 +5,8 @@
 #   MODEL=bert [ENGINES=unfused,trt_ln,trt_ln_fc] [PLUGINS=/path/libfusion_plugins_trt8.so] \
 #   [PRECISION=fp32] [BATCH=n] [TUNE=1] [LAYERS=1] [TIMING_CACHE_IN=file] bash bench/run_gpu_engines.sh
 # BATCH: the engines' batch (default: the model's, bench/trt_engines.py MODELS); RESULTS: the
-# results file the rows go to (default bench/results/trt_engines.json; the UNet at batch 1:
-# BATCH=1 RESULTS=bench/results/trt_engines_batch1.json).
+# results file the rows go to (default bench/results/trt_engines.json, where rows of another
+# batch go beside the others; the UNet at batch 1 is in bench/results/trt_engines_batch1.json).
 # LAYERS=1: each engine's per-layer profile (fusion.trt.layers), to $OUT/layers.tgz.
 # Results: bench/results/trt_engines.json (and $OUT/trt_engines.json when OUT is set); engines
 # and the timing cache stay in /tmp for the next call while the machine is warm.

@@ -341,12 +341,13 @@ def _r(v, nd: int = 5):
 
 
 def merge(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    """The results file with ``rows`` replacing those of the same model, engine and precision."""
+    """The results file with ``rows`` replacing those of the same model, engine, precision and
+    input shapes (so a run at another batch adds its rows instead of replacing the others)."""
     data = json.loads(path.read_text()) if path.is_file() else {"rows": []}
-    key = lambda r: (r["model"], r["engine"], r["precision"])  # noqa: E731
+    key = lambda r: (r["model"], r["engine"], r["precision"], json.dumps(r.get("shapes"), sort_keys=True))  # noqa: E731
     new = {key(r) for r in rows}
     data["rows"] = [r for r in data.get("rows", []) if key(r) not in new] + rows
-    data["rows"].sort(key=lambda r: (r["model"], r["precision"], list(ENGINES).index(r["engine"])))
+    data["rows"].sort(key=lambda r: (r["model"], r["precision"], key(r)[3], list(ENGINES).index(r["engine"])))
     data["meta"] = meta
     return data
 

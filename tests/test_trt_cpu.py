@@ -603,6 +603,16 @@ def test_trt_engines_bench_arguments_and_rows(tmp_path):
         ("bert", "unfused", False), ("bert", "trt_ln", True), ("vit", "unfused", True)]  # fmt: skip
     text = te.table(data["rows"])
     assert "bert   unfused" in text and "1.000x" in text and "error: RuntimeError: boom" in text
+    # another batch adds its rows; the same shapes replace theirs
+    te.write(out, data)
+    b1 = te.make_row("bert", "trt_ln", "fp32", timing=t_ln, unfused_timing=t_unfused,
+                     meta={"shapes": {"input_ids": [1, 128]}})  # fmt: skip
+    data = te.merge(out, [b1], {"m": 3})
+    assert [(r["engine"], r.get("shapes")) for r in data["rows"] if r["model"] == "bert"] == [
+        ("unfused", None), ("trt_ln", None), ("trt_ln", {"input_ids": [1, 128]})]  # fmt: skip
+    te.write(out, data)
+    data = te.merge(out, [{**b1, "median_ms": 1.0}], {"m": 4})
+    assert [r["median_ms"] for r in data["rows"] if r.get("shapes")] == [1.0]
 
 
 def test_trt_engines_e2e_table_and_new_models():
