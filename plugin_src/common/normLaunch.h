@@ -29,6 +29,8 @@ struct NormPlan
     int32_t block;
     int32_t smem;    // dynamic shared memory bytes (0 but for staged and wide GroupNorm kernels)
     int32_t cluster; // CTAs per cluster where above 1 (GroupNorm's cluster kernels; grid counts CTAs)
+    int32_t minPtx;  // the PTX version below which the kernel was compiled empty (90: GroupNorm's
+                     // staged and cluster kernels), else 0
 };
 
 // Kernel, grid and block for rows x cols.  vecOk: x, y, g, b are all 16-byte aligned.

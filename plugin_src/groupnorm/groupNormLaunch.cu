@@ -182,6 +182,7 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         use = staged;
         plan.grid = rows < device.stageSms ? rows : device.stageSms;
         plan.smem = static_cast<int32_t>(cols * elemBytes);
+        plan.minPtx = 90;
     }
     else if (fillsSm && !f32)
     {
@@ -221,6 +222,7 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
                 use = cluster;
                 plan.block = static_cast<int32_t>(threads);
                 plan.cluster = cluster->cluster;
+                plan.minPtx = 90;
                 int64_t const clusters = rows > INT_MAX / cluster->cluster ? INT_MAX / cluster->cluster : rows;
                 plan.grid = clusters * cluster->cluster;
             }
@@ -262,8 +264,7 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
     auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15U) == 0; };
     bool const vecOk = aligned(x) && aligned(y);
     NormPlan plan = planGroupNorm(type, rows, cols, vecOk, currentDevice());
-    bool const sm90 = plan.cluster > 1 || std::strncmp(plan.name, "fusion_groupnorm_staged_", 24) == 0;
-    if ((plan.smem > 0 || sm90) && !usableKernel(plan.kernel, plan.smem, sm90 ? 90 : 0))
+    if ((plan.smem > 0 || plan.minPtx > 0) && !usableKernel(plan.kernel, plan.smem, plan.minPtx))
     {
         plan = planGroupNorm(type, rows, cols, vecOk); // the single-CTA kernels without shared memory
     }
