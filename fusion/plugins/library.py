@@ -960,6 +960,16 @@ def groupnorm_smem(name: str, dtype: str, cols: int, block: int = GROUPNORM_THRE
     return (cols // vec - k // vec * block) * 16
 
 
+def groupnorm_wide_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
+                          smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
+    """The wide launch for groups past the registers: 1024 threads, the tail within the opt-in
+    (less GROUPNORM_STATIC_SMEM), on min(rows, stage_sms) CTAs where ``stage_sms``; else None."""
+    wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
+    if groupnorm_smem(wide, dtype, cols) > smem_optin - GROUPNORM_STATIC_SMEM:
+        return None
+    return wide, min(rows, stage_sms or _INT_MAX), GROUPNORM_THREADS
+
+
 def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
                           smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
     """fp16 groups whose register-path CTA would fill an SM: the wide kernel in
@@ -995,12 +1005,11 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
     if not fits:
         if vec > 1:
-            wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
-            if groupnorm_smem(wide, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM:
-                return wide, min(rows, stage_sms or _INT_MAX), GROUPNORM_THREADS
-            cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
-            if cluster:
-                return cluster
+            launch = groupnorm_wide_launch(dtype, vec, rows, cols, stage_sms, smem_optin)
+            if launch is None and stage_sms > 0:
+                launch = groupnorm_cluster_launch(dtype, vec, rows, cols)
+            if launch:
+                return launch
         return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
     k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
     staged = groupnorm_staged_kernel(dtype, vec, k)
@@ -1042,11 +1051,9 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
         fills_sm = out[-1][2] > GROUPNORM_STAGE_THREADS  # even the largest K's CTA
         pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
         return out + [pair] if pair else out
-    wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
-    if groupnorm_smem(wide, dtype, cols) <= room:
-        out.append((wide, min(rows, stage_sms or _INT_MAX), GROUPNORM_THREADS))
+    wide = groupnorm_wide_launch(dtype, vec, rows, cols, stage_sms, smem_optin)
     cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
-    return out + [cluster] if cluster else out
+    return [launch for launch in (wide, cluster) if launch]
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int, vec_ok: bool = True,

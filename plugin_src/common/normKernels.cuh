@@ -45,6 +45,21 @@ __device__ __forceinline__ float blockSum(float v, float* buf)
     return warpSum(lane < nbWarps ? buf[lane] : 0.F);
 }
 
+// blockSum of two values at once (one barrier).
+__device__ __forceinline__ float2 blockSum2(float2 v, float2* buf)
+{
+    v.x = warpSum(v.x);
+    v.y = warpSum(v.y);
+    int const lane = threadIdx.x & 31;
+    if (lane == 0)
+    {
+        buf[threadIdx.x >> 5] = v;
+    }
+    __syncthreads();
+    float2 const w = lane < static_cast<int>(blockDim.x >> 5) ? buf[lane] : make_float2(0.F, 0.F);
+    return make_float2(warpSum(w.x), warpSum(w.y));
+}
+
 // The row's mean is pivot + shift (LayerNorm; both 0 for RMSNorm).  x - pivot is exact
 // for x near the pivot, so ((x - pivot) - shift) keeps the deviations' precision even when
 // the mean itself is large.
@@ -119,6 +134,19 @@ __device__ __forceinline__ float packSquares(Pack<T, VEC> const& p, float pivot,
         s += d * d;
     }
     return s;
+}
+
+// Adds the pack's deviations from pivot to acc and their squares to sq.
+template <typename T, int VEC>
+__device__ __forceinline__ void packSumSquares(Pack<T, VEC> const& p, float pivot, float& acc, float& sq)
+{
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+    {
+        float const d = toFloat(p.v[e]) - pivot;
+        acc += d;
+        sq = fmaf(d, d, sq);
+    }
 }
 
 // Row statistics from the register cache.  SUM reduces one float over the row's threads.

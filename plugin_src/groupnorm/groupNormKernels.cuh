@@ -145,34 +145,6 @@ struct GroupRow
     }
 };
 
-// Adds the pack's deviations from pivot to acc and their squares to sq.
-template <typename T, int VEC>
-__device__ __forceinline__ void packSumSquares(Pack<T, VEC> const& p, float pivot, float& acc, float& sq)
-{
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-    {
-        float const d = toFloat(p.v[e]) - pivot;
-        acc += d;
-        sq = fmaf(d, d, sq);
-    }
-}
-
-// blockSum of two values at once (one barrier).
-__device__ __forceinline__ float2 blockSum2(float2 v, float2* buf)
-{
-    v.x = warpSum(v.x);
-    v.y = warpSum(v.y);
-    int const lane = threadIdx.x & 31;
-    if (lane == 0)
-    {
-        buf[threadIdx.x >> 5] = v;
-    }
-    __syncthreads();
-    float2 const w = lane < static_cast<int>(blockDim.x >> 5) ? buf[lane] : make_float2(0.F, 0.F);
-    return make_float2(warpSum(w.x), warpSum(w.y));
-}
-
 // The wide path's row statistics in one pass: sums and squares of the deviations from a pivot,
 // the mean of the threads' first packs (cache[0]), so no cancellation: those packs being a
 // fraction f of the row, (mean - pivot)^2 <= var * (1 - f) / f whatever the data (f >= 1/24
@@ -383,7 +355,7 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     constexpr int N = K / VEC;
     using P = Pack<T, VEC>;
     static_assert(VEC > 1, "the wide path moves vector packs");
-    __shared__ float buf[2][32];
+    __shared__ float buf[32];
     __shared__ float2 buf2[32];
     extern __shared__ __align__(16) unsigned char wideTail[];
     P* const tail = reinterpret_cast<P*>(wideTail);
@@ -414,7 +386,7 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
             cache[i] = r.x[tid + i * step];
         }
         copyAsyncWait(); // this thread's tail packs have landed (no other thread reads them)
-        RowStats const s = onePassStats<T, VEC, N>(cache, tail, tid, step, tailPacks, inverseCols, eps, buf[0], buf2);
+        RowStats const s = onePassStats<T, VEC, N>(cache, tail, tid, step, tailPacks, inverseCols, eps, buf, buf2);
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {

@@ -134,6 +134,13 @@ int64_t threadsFor(int64_t packs, int64_t perThread)
     return ((packs + perThread - 1) / perThread + 31) / 32 * 32;
 }
 
+// The wide kernel's shared tail in bytes for a group of nv packs on `threads` threads (<= 0:
+// the register head holds it all).
+int64_t wideTailBytes(KernelEntry const& wide, int64_t nv, int64_t vec, int64_t threads)
+{
+    return (nv - wide.k / vec * threads) * 16;
+}
+
 } // namespace
 
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device)
@@ -188,7 +195,7 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     {
         // fp16: the wide kernel in half-size CTAs, two an SM, where two tails fit.
         KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
-        int64_t const tailBytes = wide == nullptr ? 0 : (nv - wide->k / vec * FUSION_GROUPNORM_PAIR_THREADS) * 16;
+        int64_t const tailBytes = wide == nullptr ? 0 : wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_PAIR_THREADS);
         if (wide != nullptr && tailBytes > 0 && 2 * (tailBytes + FUSION_GROUPNORM_STATIC_SMEM) <= device.smemOptin)
         {
             use = wide;
@@ -200,7 +207,7 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     else if (pick == nullptr && vec > 1)
     {
         KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
-        int64_t const tailBytes = wide == nullptr ? 0 : (nv - wide->k / vec * FUSION_GROUPNORM_THREADS) * 16;
+        int64_t const tailBytes = wide == nullptr ? 0 : wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_THREADS);
         KernelEntry const* cluster = device.stageSms > 0
             ? findKernel(std::begin(kClusterKernels), std::end(kClusterKernels), typeName, vec)
             : nullptr;

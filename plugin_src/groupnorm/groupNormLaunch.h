@@ -13,15 +13,16 @@ namespace fusion
 // What the device offers the GroupNorm kernels beyond the register path ({}: nothing).
 struct GroupNormDevice
 {
-    int stageSms;  // its SM count where it runs the staged and cluster kernels (sm_90+), else 0
+    int stageSms;  // its SM count where it runs the staged and cluster kernels and sizes the wide
+                   // path's grid by it (sm_90+), else 0
     int smemOptin; // the dynamic shared memory a CTA may opt in to (staged and wide kernels)
 };
 
 // Kernel, grid, block, shared memory and cluster size for rows = N * G groups of cols elements:
-// the register path (staged where a CTA fills an SM), else the wide path (a register head and a
-// shared tail), else a cluster of CTAs, else the loop path; groupNormKernels.cuh has the
-// policy.  vecOk: x and y are 16-byte aligned.  Keep in sync with
-// fusion/plugins/library.py:groupnorm_plan (a test compares them).
+// the register path (where a CTA fills an SM: fp32 staged, fp16 the wide kernel in two CTAs an
+// SM), else the wide path (a register head and a shared tail), else a cluster of CTAs, else
+// the loop path; groupNormKernels.cuh has the policy.  vecOk: x and y are 16-byte aligned.
+// Keep in sync with fusion/plugins/library.py:groupnorm_plan (a test compares them).
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device = {});
 
 // y = groupnorm(x) * gamma[c] + beta[c] (then SiLU if silu) for x [n, channels, spatial...].
