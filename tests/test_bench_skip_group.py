@@ -318,3 +318,6 @@ def test_the_sweep_times_the_wide_and_cluster_launches_past_the_registers():
     fp32 = bsg.sweep_configs(bsg.GroupCase("float32", 8, 320, 128, 128, 32, False), h100)  # a 384 KB tail
     assert fp32 == [("fusion_groupnorm_cluster_f32_v4_k40_c8", 2048, 512)]
     assert bsg.sweep_configs(bsg.GroupCase("float32", 8, 320, 128, 128, 32, False)) == []  # no device extras
+    fp32 = bsg.sweep_configs(bsg.GroupCase("float32", 8, 640, 64, 64, 32, False), h100)  # 81920: both wide kernels
+    assert fp32 == [("fusion_groupnorm_wide_f32_v4_k24", 132, 1024), ("fusion_groupnorm_wide_f32_v4_k32", 132, 1024),
+                    ("fusion_groupnorm_cluster_f32_v4_k40_c8", 2048, 256)]  # fmt: skip

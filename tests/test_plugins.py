@@ -202,7 +202,7 @@ def test_launch_policy_paths():
 # (stage_sms, smem_optin): no extras; an H100 (sm_90); an A100 (sm_80, 163 KB opt-in); an RTX 3090 (99 KB).
 DEVICES = ((0, 0), (132, 232448), (0, 166912), (0, 101376))
 GN_COLS = (1, 4, 42, 128, 255, 256, 2048, 2560, 4096, 6144, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
-           36864, 40960, 40961, 40964, 41984, 81920, 131072, 163840, 294912, 327680, 327684, 524288, 655360,
+           36864, 40960, 40961, 40964, 41984, 81920, 82432, 82436, 86016, 131072, 163840, 294912, 327680, 327684, 524288, 655360,
            655368)  # fmt: skip
 
 
@@ -269,9 +269,14 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 16, 320, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"
     assert cfg("float32", 1, 96, 1, 256, False, *h100)[0] == "fusion_groupnorm_reg_f32_v1_k24"
     # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:
-    # 81920 - 32768 in 192 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB), on one CTA an SM
+    # 81920 - 24576 in 224 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB), on one CTA an SM
     # where the device says how many (each loads its next group as it writes); else one a group.
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 132, 1024)
+    # fp32 CTAs that take rows in turn load the next head ahead too (K = 24) where its tail fits,
+    # else K = 32 (groups of 86016: a 240 KB tail at K = 24, 208 KB at 32).
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k24", 132, 1024)
+    assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k24", "float32", 81920) == 229376
+    assert cfg("float32", 8, 672, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 132, 1024)
+    assert cfg("float32", 1, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 32, 1024)
     assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 132, 1024)
     assert cfg("float16", 1, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 32, 1024)
     assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
@@ -314,7 +319,7 @@ def _groupnorm_instantiations() -> set[str]:
     for kind, x in (("staged", "XS"), ("wide", "XW")):
         listed = body(f"FUSION_GROUPNORM_{kind.upper()}_KERNELS")
         names |= {f"fusion_groupnorm_{kind}_{tn}_v{vec}_k{k}"
-                  for tn, vec, k in re.findall(rf"{x}\((\w+), \w+, (\d+), (\d+)\)", listed)}  # fmt: skip
+                  for tn, vec, k in re.findall(rf"{x}\((\w+), \w+, (\d+), (\d+)(?:, \w+)?\)", listed)}  # fmt: skip
     listed = body("FUSION_GROUPNORM_CLUSTER_KERNELS")
     names |= {f"fusion_groupnorm_cluster_{tn}_v{vec}_k{k}_c{cl}"
               for tn, vec, k, cl in re.findall(r"XC\((\w+), \w+, (\d+), (\d+), (\d+)\)", listed)}  # fmt: skip
@@ -323,9 +328,9 @@ def _groupnorm_instantiations() -> set[str]:
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (6 + 3 + 2 + 1 + 1) + 1, sorted(names)  # fp32 alone has a staged kernel
-    picked = {pl.groupnorm_plan(dtype, 1, cols, vec, *device)[0] for dtype in pl.GROUPNORM_DTYPES for cols in GN_COLS
-              for vec in (True, False) for device in DEVICES}  # fmt: skip
+    assert len(names) == 2 * (6 + 3 + 2 + 1 + 1) + 2, sorted(names)  # fp32 alone: staged, wide ahead
+    picked = {pl.groupnorm_plan(dtype, rows, cols, vec, *device)[0] for dtype in pl.GROUPNORM_DTYPES
+              for rows in (1, 4096) for cols in GN_COLS for vec in (True, False) for device in DEVICES}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists
     assert names <= picked, sorted(names - picked)  # and every instantiation is reachable
 

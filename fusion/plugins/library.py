@@ -908,7 +908,9 @@ GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several sh
 GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device can
 GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, two an SM
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
-GROUPNORM_WIDE_KS = {4: 32, 8: 64}  # the wide kernels' K (register head) per pack width
+# The wide kernels' (pack width, K of the register head, loads the next head ahead), in the
+# launcher's order of preference.
+GROUPNORM_WIDE = ((4, 24, True), (4, 32, False), (8, 64, False))
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
 GROUPNORM_CLUSTER_KS = {4: 40, 8: 80}  # the cluster kernels' K per pack width
 GROUPNORM_CLUSTER = 8  # their CTAs a group (sm_90+)
@@ -960,14 +962,24 @@ def groupnorm_smem(name: str, dtype: str, cols: int, block: int = GROUPNORM_THRE
     return (cols // vec - k // vec * block) * 16
 
 
+def groupnorm_wide_launches(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
+                            smem_optin: int) -> list[tuple[str, int, int]]:  # fmt: skip
+    """The wide launches for groups past the registers, the launcher's pick first: 1024 threads,
+    the tail within the opt-in (less GROUPNORM_STATIC_SMEM), on min(rows, stage_sms) CTAs where
+    ``stage_sms``; the kernels loading the next head ahead only where those CTAs take rows in
+    turn, and before the others."""
+    in_turn = 0 < stage_sms < rows
+    grid = min(rows, stage_sms or _INT_MAX)
+    fits = [(groupnorm_wide_kernel(dtype, vec, k), ahead) for v, k, ahead in GROUPNORM_WIDE if v == vec]
+    fits = [(name, ahead) for name, ahead in fits
+            if (in_turn or not ahead) and groupnorm_smem(name, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM]
+    return [(name, grid, GROUPNORM_THREADS) for name, ahead in sorted(fits, key=lambda f: not f[1])]
+
+
 def groupnorm_wide_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
                           smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
-    """The wide launch for groups past the registers: 1024 threads, the tail within the opt-in
-    (less GROUPNORM_STATIC_SMEM), on min(rows, stage_sms) CTAs where ``stage_sms``; else None."""
-    wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
-    if groupnorm_smem(wide, dtype, cols) > smem_optin - GROUPNORM_STATIC_SMEM:
-        return None
-    return wide, min(rows, stage_sms or _INT_MAX), GROUPNORM_THREADS
+    """The launcher's wide launch (groupnorm_wide_launches), or None where no tail fits."""
+    return next(iter(groupnorm_wide_launches(dtype, vec, rows, cols, stage_sms, smem_optin)), None)
 
 
 def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
@@ -975,9 +987,10 @@ def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms:
     """fp16 groups whose register-path CTA would fill an SM: the wide kernel in
     GROUPNORM_PAIR_THREADS-thread CTAs, two an SM (min(rows, 2 * stage_sms) of them), where its
     head is full and two tails fit the opt-in; else None."""
-    if dtype != "float16" or stage_sms <= 0 or vec not in GROUPNORM_WIDE_KS:
+    k = next((k for v, k, _ in GROUPNORM_WIDE if v == vec), None)
+    if dtype != "float16" or stage_sms <= 0 or k is None:
         return None
-    wide = groupnorm_wide_kernel(dtype, vec, GROUPNORM_WIDE_KS[vec])
+    wide = groupnorm_wide_kernel(dtype, vec, k)
     tail = groupnorm_smem(wide, dtype, cols, GROUPNORM_PAIR_THREADS)
     if tail <= 0 or 2 * (tail + GROUPNORM_STATIC_SMEM) > smem_optin:
         return None
@@ -1033,7 +1046,7 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
     """Every launch (kernel name, grid, block) of the vector packs that holds ``rows`` groups of
     ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
     its staged launch where there is one, the fp16 pair launch where a CTA would fill an SM
-    (groupnorm_pair_launch), and where no K holds the group the wide launch and
+    (groupnorm_pair_launch), and where no K holds the group the wide launches and
     the cluster launch (sm_90+), where they fit (the device as in groupnorm_plan; the policy
     picks one, the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
@@ -1051,9 +1064,9 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
         fills_sm = out[-1][2] > GROUPNORM_STAGE_THREADS  # even the largest K's CTA
         pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
         return out + [pair] if pair else out
-    wide = groupnorm_wide_launch(dtype, vec, rows, cols, stage_sms, smem_optin)
+    wide = groupnorm_wide_launches(dtype, vec, rows, cols, stage_sms, smem_optin)
     cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
-    return [launch for launch in (wide, cluster) if launch]
+    return wide + [cluster] if cluster else wide
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int, vec_ok: bool = True,

@@ -380,11 +380,12 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
 // Each thread keeps its own tail packs (tid, tid + blockDim, ...), so the shared tail needs no
 // barrier: it is per-thread storage that stays on chip.  Rows are grid-strided, and as each
 // tail pack's output is made, the pack takes the CTA's next row's (cp.async): on a grid of
-// one CTA per SM the SM reads its next group while it writes this one.  (The register head
-// is reloaded at the top of a row: held across the tail loop it would spill.)  The launcher
-// checks that the tail fits the device's shared memory and that the head is full
-// (nv > N * blockDim).
-template <typename T, int VEC, int K>
+// one CTA per SM the SM reads its next group while it writes this one.  AHEAD: the register
+// head takes the next row's packs too, as soon as this row's head is written (before the
+// tail), else at the top of the next row: held across the tail loop, a head of 8 fp32 packs
+// spills (6 do not).  The launcher checks that the tail fits the device's shared memory and
+// that the head is full (nv > N * blockDim).
+template <typename T, int VEC, int K, bool AHEAD>
 __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
     int silu)
@@ -405,6 +406,16 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     unsigned const uspatial = static_cast<unsigned>(spatial);
     bool const packChannel = spatial % VEC == 0;
     float const inverseCols = 1.F / static_cast<float>(cols);
+    P cache[N];
+    auto const loadHead = [&](long long row)
+    {
+        P const* xr = reinterpret_cast<P const*>(x + row * cols);
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+        {
+            cache[i] = xr[tid + i * step];
+        }
+    };
     if (blockIdx.x < rows)
     {
         P const* first = reinterpret_cast<P const*>(x + static_cast<long long>(blockIdx.x) * cols) + head;
@@ -412,15 +423,17 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
         {
             copyAsync16(tail + p, first + p, 0U);
         }
+        if constexpr (AHEAD)
+        {
+            loadHead(blockIdx.x);
+        }
     }
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
         GroupRow<T, VEC> const r(x, y, gamma, beta, row, cols, groups, perGroup);
-        P cache[N];
-#pragma unroll
-        for (int i = 0; i < N; ++i)
+        if constexpr (!AHEAD)
         {
-            cache[i] = r.x[tid + i * step];
+            loadHead(row);
         }
         copyAsyncWait(); // this thread's tail packs have landed (no other thread reads them)
         RowStats const s = onePassStats<T, VEC, N>(cache, tail, tid, step, tailPacks, inverseCols, eps, buf, buf2);
@@ -433,6 +446,10 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
         }
         P const* next = reinterpret_cast<P const*>(x + (row + gridDim.x) * cols);
         bool const more = row + gridDim.x < rows;
+        if (AHEAD && more)
+        {
+            loadHead(row + gridDim.x);
+        }
         for (int p = tid; p < tailPacks; p += step)
         {
             int const idx = head + p;
@@ -545,15 +562,18 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // SiLU 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 ->
 // 0.82-0.86 (-1.4 to +4.9 points).
 // Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte
-// packs, where the tail fits the device's shared memory (H100: fp32 <= 98304, fp16 <= 196608):
+// packs, where the tail fits the device's shared memory (H100: fp32 <= 90624, fp16 <= 181248):
 // K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%
-// slower).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the
+// slower).  fp32 CTAs that take rows in turn (one an SM, more rows than SMs) load the next
+// row's head ahead where its tail fits (K = 24, H100: groups <= 82432): 0.85 -> 0.87 of the
+// copy at 8 x 640 x 64 x 64, with SiLU 0.84 -> 0.87 (ab_head_ahead; K = 32 ahead spills 64
+// bytes and measured 0.82, fp16 ahead gained nothing at K = 48 and spilled at 64).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the
 // copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch); with
 // the next group's tail loaded as each CTA writes (one CTA an SM), 0.83 and 0.74-0.79
 // (ab_next_row: the same for the register head measured 0.56-0.71 where it was 0.82-0.92, so
 // only the shared tail is loaded ahead); with one-pass statistics, 0.85 and 0.78-0.82
 // (ab_one_pass, the same call: +1.5 to +7 points on every wide and pair launch).
-// Clusters: groups past the wide path too (fp32 > 98304, fp16 > 196608 elements on the H100),
+// Clusters: groups past the wide path too (fp32 > 90624, fp16 > 181248 elements on the H100),
 // on sm_90+ with 16-byte packs, spread over a cluster of 8 CTAs (the portable maximum) of K =
 // 40 / 80 each, so x is still read once up to 8 x 1024 x K; two st.async exchanges a row.
 // Measured (kernels_groupnorm_sweep.json): fp32 320 x 128 x 128 0.42 (loop) -> 0.79 of the
@@ -585,9 +605,10 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
     FUSION_GROUPNORM_FOR_K_SCALAR(XK, f16, __half)                                                                 \
     XL(f32, float, 1) XL(f32, float, 4) XL(f16, __half, 1) XL(f16, __half, 8)
 
-// XS(tn, T, vec, k) for the staged kernels, XW(tn, T, vec, k) for the wide ones.
+// XS(tn, T, vec, k) for the staged kernels, XW(tn, T, vec, k, ahead) for the wide ones, those
+// loading the next head ahead first (the launcher's preference on grids that take rows in turn).
 #define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
-#define FUSION_GROUPNORM_WIDE_KERNELS(XW) XW(f32, float, 4, 32) XW(f16, __half, 8, 64)
+#define FUSION_GROUPNORM_WIDE_KERNELS(XW) XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false) XW(f16, __half, 8, 64, false)
 // XC(tn, T, vec, k, cl) for the cluster kernels.
 #define FUSION_GROUPNORM_CLUSTER_KERNELS(XC) XC(f32, float, 4, 40, 8) XC(f16, __half, 8, 80, 8)
 
@@ -628,11 +649,11 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 
-#define FUSION_GROUPNORM_DEFINE_WIDE(TN, T, VEC, K)                                                                \
+#define FUSION_GROUPNORM_DEFINE_WIDE(TN, T, VEC, K, AHEAD)                                                         \
     extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 1)                                     \
         fusion_groupnorm_wide_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T)                                      \
     {                                                                                                              \
-        fusion_kernels::groupNormWideRows<T, VEC, K>(                                                              \
+        fusion_kernels::groupNormWideRows<T, VEC, K, AHEAD>(                                                       \
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 

@@ -16,7 +16,7 @@
     extern "C" __global__ void fusion_groupnorm_loop_##TN##_v##VEC FUSION_GROUPNORM_PARAMS(T);
 #define FUSION_GROUPNORM_DECLARE_STAGED(TN, T, VEC, K)                                                             \
     extern "C" __global__ void fusion_groupnorm_staged_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
-#define FUSION_GROUPNORM_DECLARE_WIDE(TN, T, VEC, K)                                                               \
+#define FUSION_GROUPNORM_DECLARE_WIDE(TN, T, VEC, K, AHEAD)                                                        \
     extern "C" __global__ void fusion_groupnorm_wide_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
 #define FUSION_GROUPNORM_DECLARE_CLUSTER(TN, T, VEC, K, CL)                                                        \
     extern "C" __global__ void fusion_groupnorm_cluster_##TN##_v##VEC##_k##K##_c##CL FUSION_GROUPNORM_PARAMS(T);
@@ -39,6 +39,7 @@ struct KernelEntry
     char const* name;
     void const* fn;
     int cluster; // CTAs per group (the cluster kernels), else 0
+    bool ahead;  // a wide kernel that loads the next row's register head ahead
 };
 
 // The register-path kernels in their listed order (K ascending per type and pack width).
@@ -55,9 +56,9 @@ KernelEntry const kLoopKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_NO
     {#TN, VEC, K, "fusion_groupnorm_staged_" #TN "_v" #VEC "_k" #K,                                                \
         reinterpret_cast<void const*>(&fusion_groupnorm_staged_##TN##_v##VEC##_k##K)},
 KernelEntry const kStagedKernels[] = {FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GROUPNORM_ENTRY_STAGED)};
-#define FUSION_GROUPNORM_ENTRY_WIDE(TN, T, VEC, K)                                                                 \
+#define FUSION_GROUPNORM_ENTRY_WIDE(TN, T, VEC, K, AHEAD)                                                          \
     {#TN, VEC, K, "fusion_groupnorm_wide_" #TN "_v" #VEC "_k" #K,                                                  \
-        reinterpret_cast<void const*>(&fusion_groupnorm_wide_##TN##_v##VEC##_k##K)},
+        reinterpret_cast<void const*>(&fusion_groupnorm_wide_##TN##_v##VEC##_k##K), 0, AHEAD},
 KernelEntry const kWideKernels[] = {FUSION_GROUPNORM_WIDE_KERNELS(FUSION_GROUPNORM_ENTRY_WIDE)};
 #define FUSION_GROUPNORM_ENTRY_CLUSTER(TN, T, VEC, K, CL)                                                          \
     {#TN, VEC, K, "fusion_groupnorm_cluster_" #TN "_v" #VEC "_k" #K "_c" #CL,                                      \
@@ -141,6 +142,26 @@ int64_t wideTailBytes(KernelEntry const& wide, int64_t nv, int64_t vec, int64_t 
     return (nv - wide.k / vec * threads) * 16;
 }
 
+// The wide kernel for groups of nv packs in 1024 threads whose tail fits `smemFree`: where each
+// CTA takes rows in turn, one that loads the next row's head ahead if its tail fits, else the
+// first that fits; nullptr if none does.
+KernelEntry const* wideKernel(char const* type, int64_t vec, int64_t nv, int64_t smemFree, bool rowsInTurn)
+{
+    for (bool const ahead : {true, false})
+    {
+        for (KernelEntry const& kernel : kWideKernels)
+        {
+            if (std::strcmp(kernel.type, type) == 0 && kernel.vec == vec && kernel.ahead == ahead
+                && (!ahead || rowsInTurn)
+                && wideTailBytes(kernel, nv, vec, FUSION_GROUPNORM_THREADS) <= smemFree)
+            {
+                return &kernel;
+            }
+        }
+    }
+    return nullptr;
+}
+
 } // namespace
 
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device)
@@ -206,19 +227,21 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     }
     else if (pick == nullptr && vec > 1)
     {
-        KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
-        int64_t const tailBytes = wide == nullptr ? 0 : wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_THREADS);
+        // One CTA an SM (sm_90+), each taking its rows in turn and loading its next group as it
+        // writes this one.
+        bool const rowsInTurn = device.stageSms > 0 && rows > device.stageSms;
+        KernelEntry const* wide = wideKernel(typeName, vec, nv, smemFree, rowsInTurn);
         KernelEntry const* cluster = device.stageSms > 0
             ? findKernel(std::begin(kClusterKernels), std::end(kClusterKernels), typeName, vec)
             : nullptr;
-        if (wide != nullptr && tailBytes <= smemFree)
+        if (wide != nullptr)
         {
             use = wide;
             plan.block = FUSION_GROUPNORM_THREADS;
-            plan.smem = static_cast<int32_t>(tailBytes);
-            if (device.stageSms > 0 && rows > device.stageSms)
+            plan.smem = static_cast<int32_t>(wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_THREADS));
+            if (rowsInTurn)
             {
-                plan.grid = device.stageSms; // one CTA an SM, each loading its next group as it writes
+                plan.grid = device.stageSms;
             }
         }
         else if (cluster != nullptr)

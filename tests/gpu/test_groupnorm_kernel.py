@@ -37,6 +37,7 @@ CASES = [
     ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: wide_k32 / wide_k64 in 512 threads
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
     ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / wide_k64 in 512 threads (18 KB)
+    ((140, 41, 32, 32), 1, 0),  # 140 groups of 41984 > SMs: wide_k24, the next head ahead [wide_k32] / as above
     ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
     ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8, 416 threads [loop; a 384 KB tail] / wide_k64 (128 KB)
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
@@ -226,7 +227,7 @@ def test_groupnorm_staged_is_the_register_path_bit_for_bit(cp, module, silu):
         np.testing.assert_array_equal(run(groupnorm_staged_kernel(dtype, vec, k), grid), want, err_msg=str(grid))
 
 
-WIDE = [("float32", 4, 32), ("float16", 8, 64)]
+WIDE = [("float32", 4, 24), ("float32", 4, 32), ("float16", 8, 64)]
 
 
 @pytest.mark.gpu
@@ -234,15 +235,15 @@ WIDE = [("float32", 4, 32), ("float16", 8, 64)]
 @pytest.mark.parametrize("kernel", WIDE, ids=[f"{d}_v{v}_k{k}" for d, v, k in WIDE])
 def test_groupnorm_wide_rows_grid_strided(cp, module, kernel, block):
     """The wide path on fewer CTAs than groups: each CTA reuses its shared tail row after row,
-    loading its next row's tail as it writes (uneven: 10 rows on 3 CTAs); a tail of one pack
-    less than the threads, so some threads hold none.  In 1024-thread CTAs and in the 512-thread
-    ones fp16 takes where a register-path CTA would fill the SM."""
+    loading its next row's tail as it writes (and its head, fp32 K = 24) (uneven: 10 rows on 3
+    CTAs); a tail of one pack less than the threads, so some threads hold none.  In 1024-thread
+    CTAs and in the 512-thread ones fp16 takes where a register-path CTA would fill the SM."""
     dtype, vec, k = kernel
-    # 10 groups of vec channels x (9 * block - 1): (k / vec * block + block - 1) packs, block - 1
-    # of them in the tail (k / vec = 8 for both), and packs that span two channels (odd spatial).
-    assert k // vec == 8
-    check_grids(cp, module, dtype, (5, 2 * vec, 9 * block - 1), 2, groupnorm_wide_kernel(dtype, vec, k), block,
-                (1, 3, 10), seed=4)  # fmt: skip
+    # 10 groups of vec channels x ((k / vec + 1) * block - 1): k / vec * block packs in the head,
+    # block - 1 in the tail, and packs that span two channels (odd spatial).
+    spatial = (k // vec + 1) * block - 1
+    check_grids(cp, module, dtype, (5, 2 * vec, spatial), 2, groupnorm_wide_kernel(dtype, vec, k), block, (1, 3, 10),
+                seed=4)  # fmt: skip
 
 
 @pytest.mark.gpu
