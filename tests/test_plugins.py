@@ -255,20 +255,17 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 1, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_staged_f32_v4_k40", 32, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
-    # fp16 where a register-path CTA needs 512 threads or more (K = 80): the wide kernel in
-    # 512-thread CTAs, two an SM (SDXL's 640x64x64: 81920 - 32768 in 96 KB each; SD's 320x64x64:
-    # 40960 - 32768 in 16 KB; 38400 elements take 480 threads of the register path).
+    # fp16 where a register-path CTA would fill the SM (> 512 threads at K = 80): the wide kernel
+    # in 512-thread CTAs, two an SM (SDXL's 640x64x64: 81920 - 32768 in 96 KB each).
     assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 1, 512)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 264, 512)
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 81920, 512) == 98304
     assert cfg("float16", 8, 352, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 512)
-    assert cfg("float16", 8, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 512)
-    assert cfg("float16", 8, 480, 32, 40 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 256, 480)
+    assert cfg("float16", 8, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 256, 512)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 1024)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 1024)
     assert cfg("float32", 8, 640, 32, 32 * 32, True, *h100) == ("fusion_groupnorm_reg_f32_v4_k40", 256, 512)
-    assert cfg("float16", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 264, 512)
-    assert cfg("float16", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
+    assert cfg("float16", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
     assert cfg("float32", 16, 320, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"
     assert cfg("float32", 1, 96, 1, 256, False, *h100)[0] == "fusion_groupnorm_reg_f32_v1_k24"
     # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:

@@ -906,7 +906,7 @@ GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
 GROUPNORM_THREADS = 1024
 GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
 GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device can
-GROUPNORM_PAIR_THREADS = 512  # fp16 from this many: the wide kernel in CTAs this size, two an SM
+GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, two an SM
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 # The wide kernels' (pack width, K of the register head, loads the next head ahead), in the
 # launcher's order of preference.
@@ -984,7 +984,7 @@ def groupnorm_wide_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms:
 
 def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
                           smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
-    """fp16 groups whose register-path CTA needs GROUPNORM_PAIR_THREADS or more: the wide kernel in
+    """fp16 groups whose register-path CTA would fill an SM: the wide kernel in
     GROUPNORM_PAIR_THREADS-thread CTAs, two an SM (min(rows, 2 * stage_sms) of them), where its
     head is full and two tails fit the opt-in; else None."""
     k = next((k for v, k, _ in GROUPNORM_WIDE if v == vec), None)
@@ -1030,8 +1030,7 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     if (fills_sm and GROUPNORM_STAGED_KS.get(vec) == k
             and groupnorm_smem(staged, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM):
         return staged, min(rows, stage_sms), block
-    pairs = block >= GROUPNORM_PAIR_THREADS
-    pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if pairs else None
+    pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
     return pair or (groupnorm_reg_kernel(dtype, vec, k), min(rows, _INT_MAX), block)
 
 
@@ -1046,7 +1045,7 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
                          smem_optin: int = 0) -> list[tuple[str, int, int]]:  # fmt: skip
     """Every launch (kernel name, grid, block) of the vector packs that holds ``rows`` groups of
     ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
-    its staged launch where there is one, the fp16 pair launch where a CTA needs 512 threads or more
+    its staged launch where there is one, the fp16 pair launch where a CTA would fill an SM
     (groupnorm_pair_launch), and where no K holds the group the wide launches and
     the cluster launch (sm_90+), where they fit (the device as in groupnorm_plan; the policy
     picks one, the benchmark's sweep times all)."""
@@ -1062,8 +1061,8 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
             if stage_sms > 0 and GROUPNORM_STAGED_KS.get(vec) == k and groupnorm_smem(staged, dtype, cols) <= room:
                 out.append((staged, min(rows, stage_sms), block))
     if out:
-        pairs = out[-1][2] >= GROUPNORM_PAIR_THREADS  # even the largest K's CTA
-        pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if pairs else None
+        fills_sm = out[-1][2] > GROUPNORM_STAGE_THREADS  # even the largest K's CTA
+        pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
         return out + [pair] if pair else out
     wide = groupnorm_wide_launches(dtype, vec, rows, cols, stage_sms, smem_optin)
     cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None

@@ -23,8 +23,7 @@
 //            registers and the rest in shared memory (up to the device's opt-in), x read once;
 //            on a grid of one CTA per SM, each CTA loads its next group's shared part as it
 //            writes this one (cp.async); statistics in one pass.  fp16 also takes it, in
-//            512-thread CTAs two an SM, for groups whose register-path CTA needs 512 threads
-//            or more.
+//            512-thread CTAs two an SM, for groups whose register-path CTA would fill the SM.
 //   cluster - reg with a group spread over a cluster of CL CTAs (sm_90+, VEC packs), for groups
 //            past the wide path: x still read once; the CTAs add their sums through
 //            distributed shared memory.
@@ -557,13 +556,11 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // 0.93-0.94 of the same-bytes copy, with SiLU 0.86 -> 0.90-0.91; 2-4 CTAs an SM staged were
 // 1-15% slower than unstaged, and fp16 K = 80 in 1024 threads (groups of 81920, SDXL's 640 x
 // 64 x 64) 0.834-0.844 against 0.856 (its staged build spills), so only fp32 K = 40 stages.
-// Pairs: fp16 groups whose register-path CTA needs FUSION_GROUPNORM_PAIR_THREADS threads or
-// more (38401-81920 elements) take the wide kernel (K = 64) in CTAs of that size instead, two
-// an SM where two tails fit the opt-in, on a grid of two CTAs per SM: one CTA's reductions and
-// SiLU overlap the other's loads.  Measured (the sweep's ab_wide512): with SiLU 0.69-0.75 ->
-// 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 -> 0.82-0.86 (-1.4 to
-// +4.9 points); at 40960 (SD's 320 x 64 x 64, 512 threads) 0.868 -> 0.884 with SiLU, 0.920 ->
-// 0.924 without (ab_wide_small; fp32 there stays staged: -1.5 points without SiLU).
+// Pairs: fp16 there instead takes the wide kernel (K = 64) in FUSION_GROUPNORM_PAIR_THREADS-
+// thread CTAs, two an SM where two tails fit the opt-in, on a grid of two CTAs per SM: one
+// CTA's reductions and SiLU overlap the other's loads.  Measured (the sweep's ab_wide512): with
+// SiLU 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 ->
+// 0.82-0.86 (-1.4 to +4.9 points).
 // Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte
 // packs, where the tail fits the device's shared memory (H100: fp32 <= 90624, fp16 <= 181248):
 // K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%

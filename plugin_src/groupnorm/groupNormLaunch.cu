@@ -1,7 +1,7 @@
 // Launch policy for the GroupNorm kernels: the register path (x read once) while the group
-// fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (fp32
-// staged where a CTA would fill the SM; fp16 from 512 threads the wide kernel in two CTAs an
-// SM); past that the wide path, else a cluster of CTAs (sm_90+), else the three-pass loop path.
+// fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (where a
+// CTA would fill the SM: fp32 staged, fp16 the wide kernel in two CTAs an SM); past that the
+// wide path, else a cluster of CTAs (sm_90+), else the three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
@@ -212,10 +212,9 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         plan.smem = static_cast<int32_t>(cols * elemBytes);
         plan.minPtx = 90;
     }
-    else if (!f32 && pick != nullptr && device.stageSms > 0 && vec > 1 && plan.block >= FUSION_GROUPNORM_PAIR_THREADS)
+    else if (fillsSm && !f32)
     {
-        // fp16 groups that need a CTA of PAIR threads or more: the wide kernel in CTAs of PAIR
-        // threads, two an SM, where two tails fit.
+        // fp16: the wide kernel in half-size CTAs, two an SM, where two tails fit.
         KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
         int64_t const tailBytes = wide == nullptr ? 0 : wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_PAIR_THREADS);
         if (wide != nullptr && tailBytes > 0 && 2 * (tailBytes + FUSION_GROUPNORM_STATIC_SMEM) <= device.smemOptin)

@@ -32,7 +32,7 @@ CASES = [
     ((2, 64, 16, 16), 1, 0),  # cols 16384: v4_k40 / v8_k64
     ((2, 640, 32, 32), 32, 0),  # SD-UNet 640x32x32, cols 20480: v4_k40 / v8_k80
     ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
-    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads; staged) / wide_k64 in 512 threads [v8_k80]
+    ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads; staged) / v8_k80
     ((200, 24, 32, 32), 1, 0),  # cols 24576: v4_k40 in 640 threads (staged: 200 rows > SMs) / v8_k80
     ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: wide_k32 / wide_k64 in 512 threads
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
