@@ -295,6 +295,35 @@ def test_groupnorm_cluster_rows_grid_strided(cp, module, dtype):
     check_grids(cp, module, dtype, shape, groups, name, block, (cl, 5 * cl, 12 * cl), seed=5)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", sorted(TOL))
+def test_groupnorm_cluster_sums_repeat_bit_for_bit(cp, module, dtype):
+    """The cluster kernels' CTAs exchange their sums by st.async into each other's shared memory,
+    each barrier armed for its next phase as the last completes: a race there shows as a launch
+    whose outputs differ.  200 launches on 3 clusters (each takes 11 or 12 of 34 groups, so the
+    barriers turn over many times), every output equal bit for bit to the first and close to
+    float64."""
+    needs_sm90(cp)
+    vec = 4 if dtype == "float32" else 8
+    shape, groups = (17, 64, 33, 40), 2  # 34 groups of 42240: 1320 fp32 packs a CTA of 8
+    cols = 32 * 33 * 40
+    name, _, block = groupnorm_cluster_launch(dtype, vec, 34, cols)
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(shape) * 2 + 3).astype(dtype)
+    g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
+    dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
+    ys = [cp.full(shape, np.nan, dtype=dtype) for _ in range(200)]
+    for dy in ys:
+        launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], groups,
+                         33 * 40, 1e-5, True, (name, 3 * GROUPNORM_CLUSTER, block))  # fmt: skip
+    first = cp.asnumpy(ys[0])
+    atol, rtol = TOL[dtype]
+    np.testing.assert_allclose(first.astype(np.float64), reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol)
+    differ = [i for i, dy in enumerate(ys) if not bool(cp.array_equal(dy, ys[0]))]
+    assert differ == [], f"launches {differ[:10]} differ from the first"
+
+
 def test_groupnorm_empty_batch_launches_nothing():
     with pytest.raises(ValueError, match="nothing to launch"):
         groupnorm_launch_config("float32", 0, 64, 32, 64)
