@@ -351,7 +351,8 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
         }
         // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
         RowStats const s = cachedStats<T, VEC, N, false>(
-            cache, pivot, 0, 1, mine, cols, eps, [&](float v, int k) { return groupSum<CL>(v, buf[k], sums, k, parity); });
+            cache, pivot, 0, 1, mine, cols, eps,
+            [&](float v, int k) { return groupSum<CL>(v, buf[k], sums, k, parity); });
         if constexpr (CL > 1)
         {
             parity ^= 1U;
@@ -561,25 +562,25 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // CTA's reductions and SiLU overlap the other's loads.  Measured (the sweep's ab_wide512): with
 // SiLU 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 ->
 // 0.82-0.86 (-1.4 to +4.9 points).
-// Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte
-// packs, where the tail fits the device's shared memory (H100: fp32 <= 90624, fp16 <= 181248):
-// K = 32 / 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7%
-// slower).  fp32 CTAs that take rows in turn (one an SM, more rows than SMs) load the next
-// row's head ahead where its tail fits (K = 24, H100: groups <= 82432): 0.85 -> 0.87 of the
-// copy at 8 x 640 x 64 x 64, with SiLU 0.84 -> 0.87 (ab_head_ahead; K = 32 ahead spills 64
-// bytes and measured 0.82, fp16 ahead gained nothing at K = 48 and spilled at 64).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the
-// copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch); with
-// the next group's tail loaded as each CTA writes (one CTA an SM), 0.83 and 0.74-0.79
-// (ab_next_row: the same for the register head measured 0.56-0.71 where it was 0.82-0.92, so
-// only the shared tail is loaded ahead); with one-pass statistics, 0.85 and 0.78-0.82
-// (ab_one_pass, the same call: +1.5 to +7 points on every wide and pair launch).
-// Clusters: groups past the wide path too (fp32 > 90624, fp16 > 181248 elements on the H100),
-// on sm_90+ with 16-byte packs, spread over a cluster of 8 CTAs (the portable maximum) of K =
-// 40 / 80 each, so x is still read once up to 8 x 1024 x K; two st.async exchanges a row.
-// Measured (kernels_groupnorm_sweep.json): fp32 320 x 128 x 128 0.42 (loop) -> 0.79 of the
-// copy in 512-thread CTAs (0.75 in 4 CTAs of 1024) with a cluster barrier a sum, 0.83 with
-// st.async (ab_cluster_sums; fp16 4 x 320 x 256 x 256 0.65 -> 0.70).  Where one CTA or the wide path holds the
-// group, clusters (of 2, 4 or 8) were slower: fp32 40960 0.73-0.85 against 0.86-0.93 staged;
+// Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte packs,
+// where the tail fits the device's shared memory (H100: fp32 <= 90624, fp16 <= 181248): K = 32 /
+// 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7% slower).  fp32 CTAs
+// that take rows in turn (one an SM, more rows than SMs) load the next row's head ahead where its
+// tail fits (K = 24, H100: groups <= 82432): 0.85 -> 0.87 of the copy at 8 x 640 x 64 x 64, with
+// SiLU 0.84 -> 0.87 (ab_head_ahead; K = 32 ahead spills 64 bytes and measured 0.82, fp16 ahead
+// gained nothing at K = 48 and spilled at 64).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x
+// 64 x 64 0.34 -> 0.79-0.80 of the copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 ->
+// 0.72-0.75 (1.0x -> 3.4x torch); with the next group's tail loaded as each CTA writes (one CTA an
+// SM), 0.83 and 0.74-0.79 (ab_next_row: the same for the register head measured 0.56-0.71 where it
+// was 0.82-0.92, so only the shared tail is loaded ahead); with one-pass statistics, 0.85 and
+// 0.78-0.82 (ab_one_pass, the same call: +1.5 to +7 points on every wide and pair launch).
+// Clusters: groups past the wide path too (fp32 > 90624, fp16 > 181248 elements on the H100), on
+// sm_90+ with 16-byte packs, spread over a cluster of 8 CTAs (the portable maximum) of K = 40 / 80
+// each, so x is still read once up to 8 x 1024 x K; two st.async exchanges a row.  Measured
+// (kernels_groupnorm_sweep.json): fp32 320 x 128 x 128 0.42 (loop) -> 0.79 of the copy in
+// 512-thread CTAs (0.75 in 4 CTAs of 1024) with a cluster barrier a sum, 0.83 with st.async
+// (ab_cluster_sums; fp16 4 x 320 x 256 x 256 0.65 -> 0.70).  Where one CTA or the wide path holds
+// the group, clusters (of 2, 4 or 8) were slower: fp32 40960 0.73-0.85 against 0.86-0.93 staged;
 // fp16 640 x 64 x 64 0.64-0.78 against 0.72-0.85 in one CTA of 1024; the wide path's groups
 // 0.64-0.80 against 0.73-0.81.
 // FUSION_GROUPNORM_STATIC_SMEM: what the opt-in must also leave for the kernels' static shared
@@ -608,7 +609,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // XS(tn, T, vec, k) for the staged kernels, XW(tn, T, vec, k, ahead) for the wide ones, those
 // loading the next head ahead first (the launcher's preference on grids that take rows in turn).
 #define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
-#define FUSION_GROUPNORM_WIDE_KERNELS(XW) XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false) XW(f16, __half, 8, 64, false)
+#define FUSION_GROUPNORM_WIDE_KERNELS(XW)                                                                          \
+    XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false) XW(f16, __half, 8, 64, false)
 // XC(tn, T, vec, k, cl) for the cluster kernels.
 #define FUSION_GROUPNORM_CLUSTER_KERNELS(XC) XC(f32, float, 4, 40, 8) XC(f16, __half, 8, 80, 8)
 
