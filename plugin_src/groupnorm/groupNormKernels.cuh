@@ -408,9 +408,8 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     bool const packChannel = spatial % VEC == 0;
     float const inverseCols = 1.F / static_cast<float>(cols);
     P cache[N];
-    auto const loadHead = [&](long long row)
+    auto const loadHead = [&](P const* xr)
     {
-        P const* xr = reinterpret_cast<P const*>(x + row * cols);
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
@@ -419,14 +418,14 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     };
     if (blockIdx.x < rows)
     {
-        P const* first = reinterpret_cast<P const*>(x + static_cast<long long>(blockIdx.x) * cols) + head;
+        P const* first = reinterpret_cast<P const*>(x + static_cast<long long>(blockIdx.x) * cols);
         for (int p = tid; p < tailPacks; p += step)
         {
-            copyAsync16(tail + p, first + p, 0U);
+            copyAsync16(tail + p, first + head + p, 0U);
         }
         if constexpr (AHEAD)
         {
-            loadHead(blockIdx.x);
+            loadHead(first);
         }
     }
     for (long long row = blockIdx.x; row < rows; row += gridDim.x)
@@ -434,7 +433,7 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
         GroupRow<T, VEC> const r(x, y, gamma, beta, row, cols, groups, perGroup);
         if constexpr (!AHEAD)
         {
-            loadHead(row);
+            loadHead(r.x);
         }
         copyAsyncWait(); // this thread's tail packs have landed (no other thread reads them)
         RowStats const s = onePassStats<T, VEC, N>(cache, tail, tid, step, tailPacks, inverseCols, eps, buf, buf2);
@@ -449,7 +448,7 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
         bool const more = row + gridDim.x < rows;
         if (AHEAD && more)
         {
-            loadHead(row + gridDim.x);
+            loadHead(next);
         }
         for (int p = tid; p < tailPacks; p += step)
         {
