@@ -33,8 +33,8 @@ def test_collect_names_the_kernel_by_the_precision_each_plugin_ran_in(tmp_path, 
                                "yc": ("fp32", "fusion_groupnorm_cluster_f32_v4_k40_c8"),
                                "yd": ("fp32", "fusion_groupnorm_loop_f32_v4")}  # fmt: skip
     assert kernels["fp16"] == {"ya": ("fp32", "fusion_groupnorm_staged_f32_v4_k40"),
-                               "yb": ("fp16", "fusion_groupnorm_wide_f16_v8_k64"),  # in 512 threads
-                               "yc": ("fp16", "fusion_groupnorm_wide_f16_v8_k64"),
+                               "yb": ("fp16", "fusion_groupnorm_wide_f16_v8_k48"),  # in 512 threads
+                               "yc": ("fp16", "fusion_groupnorm_wide_f16_v8_k48"),
                                "yd": ("fp16", "fusion_groupnorm_cluster_f16_v8_k80_c8")}  # fmt: skip
 
 

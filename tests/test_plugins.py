@@ -256,10 +256,12 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
     # fp16 where a register-path CTA would fill the SM (> 512 threads at K = 80): the wide kernel
-    # in 512-thread CTAs, two an SM (SDXL's 640x64x64: 81920 - 32768 in 96 KB each).
+    # in 512-thread CTAs, two an SM (SDXL's 640x64x64: 81920 - 32768 in 96 KB each); where those
+    # CTAs take rows in turn, K = 48 loading the next head ahead (81920 - 24576 in 112 KB each).
     assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 1, 512)
-    assert cfg("float16", 16, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 264, 512)
+    assert cfg("float16", 16, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 264, 512)
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 81920, 512) == 98304
+    assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k48", "float16", 81920, 512) == 114688
     assert cfg("float16", 8, 352, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 512)
     assert cfg("float16", 8, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 256, 512)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 1024)
@@ -271,13 +273,16 @@ def test_groupnorm_launch_policy_paths():
     # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:
     # 81920 - 24576 in 224 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB), on one CTA an SM
     # where the device says how many (each loads its next group as it writes); else one a group.
-    # fp32 CTAs that take rows in turn load the next head ahead too (K = 24) where its tail fits,
-    # else K = 32 (groups of 86016: a 240 KB tail at K = 24, 208 KB at 32).
+    # CTAs that take rows in turn load the next head ahead too (K = 24 / 48) where its tail fits,
+    # else K = 32 / 64 (fp32 groups of 86016: a 240 KB tail at K = 24, 208 KB at 32; fp16 ones of
+    # 164864: 226 KB at K = 48, the most the opt-in leaves).
     assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k24", 132, 1024)
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k24", "float32", 81920) == 229376
     assert cfg("float32", 8, 672, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 132, 1024)
     assert cfg("float32", 1, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 32, 1024)
-    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 132, 1024)
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 132, 1024)
+    assert cfg("float16", 140, 1, 1, 164864, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 132, 1024)
+    assert cfg("float16", 140, 1, 1, 164872, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 132, 1024)
     assert cfg("float16", 1, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 32, 1024)
     assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
     assert cfg("float32", 8, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 8, 1024)
@@ -328,7 +333,7 @@ def _groupnorm_instantiations() -> set[str]:
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (6 + 3 + 2 + 1 + 1) + 2, sorted(names)  # fp32 alone: staged, wide ahead
+    assert len(names) == 2 * (6 + 3 + 2 + 2 + 1) + 1, sorted(names)  # fp32 alone: staged
     picked = {pl.groupnorm_plan(dtype, rows, cols, vec, *device)[0] for dtype in pl.GROUPNORM_DTYPES
               for rows in (1, 4096) for cols in GN_COLS for vec in (True, False) for device in DEVICES}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists

@@ -910,7 +910,7 @@ GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, t
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 # The wide kernels' (pack width, K of the register head, loads the next head ahead), in the
 # launcher's order of preference.
-GROUPNORM_WIDE = ((4, 24, True), (4, 32, False), (8, 64, False))
+GROUPNORM_WIDE = ((4, 24, True), (4, 32, False), (8, 48, True), (8, 64, False))
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
 GROUPNORM_CLUSTER_KS = {4: 40, 8: 80}  # the cluster kernels' K per pack width
 GROUPNORM_CLUSTER = 8  # their CTAs a group (sm_90+)
@@ -962,18 +962,25 @@ def groupnorm_smem(name: str, dtype: str, cols: int, block: int = GROUPNORM_THRE
     return (cols // vec - k // vec * block) * 16
 
 
-def groupnorm_wide_launches(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
-                            smem_optin: int) -> list[tuple[str, int, int]]:  # fmt: skip
-    """The wide launches for groups past the registers, the launcher's pick first: 1024 threads,
-    the tail within the opt-in (less GROUPNORM_STATIC_SMEM), on min(rows, stage_sms) CTAs where
-    ``stage_sms``; the kernels loading the next head ahead only where those CTAs take rows in
-    turn, and before the others."""
-    in_turn = 0 < stage_sms < rows
-    grid = min(rows, stage_sms or _INT_MAX)
+def _wide_kernels(dtype: str, vec: int, cols: int, block: int, room: int, in_turn: bool) -> list[str]:
+    """The wide kernels whose head of ``block`` threads is full and whose tail fits ``room``
+    bytes, the launcher's pick first: those loading the next head ahead, only where CTAs take
+    rows in turn (``in_turn``), before the others."""
     fits = [(groupnorm_wide_kernel(dtype, vec, k), ahead) for v, k, ahead in GROUPNORM_WIDE if v == vec]
     fits = [(name, ahead) for name, ahead in fits
-            if (in_turn or not ahead) and groupnorm_smem(name, dtype, cols) <= smem_optin - GROUPNORM_STATIC_SMEM]
-    return [(name, grid, GROUPNORM_THREADS) for name, ahead in sorted(fits, key=lambda f: not f[1])]
+            if (in_turn or not ahead) and 0 < groupnorm_smem(name, dtype, cols, block) <= room]
+    return [name for name, ahead in sorted(fits, key=lambda f: not f[1])]
+
+
+def groupnorm_wide_launches(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
+                            smem_optin: int) -> list[tuple[str, int, int]]:  # fmt: skip
+    """The wide launches for groups past the registers, the launcher's pick first (_wide_kernels):
+    1024 threads, the tail within the opt-in (less GROUPNORM_STATIC_SMEM), on min(rows, stage_sms)
+    CTAs where ``stage_sms``, which then take rows in turn where there are more rows."""
+    grid = min(rows, stage_sms or _INT_MAX)
+    names = _wide_kernels(dtype, vec, cols, GROUPNORM_THREADS, smem_optin - GROUPNORM_STATIC_SMEM,
+                          0 < stage_sms < rows)  # fmt: skip
+    return [(name, grid, GROUPNORM_THREADS) for name in names]
 
 
 def groupnorm_wide_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
@@ -984,17 +991,15 @@ def groupnorm_wide_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms:
 
 def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
                           smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
-    """fp16 groups whose register-path CTA would fill an SM: the wide kernel in
-    GROUPNORM_PAIR_THREADS-thread CTAs, two an SM (min(rows, 2 * stage_sms) of them), where its
-    head is full and two tails fit the opt-in; else None."""
-    k = next((k for v, k, _ in GROUPNORM_WIDE if v == vec), None)
-    if dtype != "float16" or stage_sms <= 0 or k is None:
+    """fp16 groups whose register-path CTA would fill an SM: the wide kernel (_wide_kernels) in
+    GROUPNORM_PAIR_THREADS-thread CTAs, two an SM (min(rows, 2 * stage_sms) of them), where two
+    tails fit the opt-in; else None."""
+    if dtype != "float16" or stage_sms <= 0:
         return None
-    wide = groupnorm_wide_kernel(dtype, vec, k)
-    tail = groupnorm_smem(wide, dtype, cols, GROUPNORM_PAIR_THREADS)
-    if tail <= 0 or 2 * (tail + GROUPNORM_STATIC_SMEM) > smem_optin:
-        return None
-    return wide, min(rows, 2 * stage_sms), GROUPNORM_PAIR_THREADS
+    pairs = 2 * stage_sms
+    names = _wide_kernels(dtype, vec, cols, GROUPNORM_PAIR_THREADS, smem_optin // 2 - GROUPNORM_STATIC_SMEM,
+                          rows > pairs)  # fmt: skip
+    return (names[0], min(rows, pairs), GROUPNORM_PAIR_THREADS) if names else None
 
 
 def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,

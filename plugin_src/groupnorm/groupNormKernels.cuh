@@ -151,11 +151,20 @@ struct GroupRow
 // here; the first element as pivot needs the second pass).  One barrier a sum: with one CTA an
 // SM nothing hides the statistics, and the second pass over the group cost 2-7 points of the
 // copy (the sweep's ab_one_pass; on the register path, where CTAs share SMs, one pass measured
-// 2-5 points slower: its build spills).  tail: shared packs tid, tid + step, ... below tailPacks.
-template <typename T, int VEC, int N>
+// 2-5 points slower: its build spills).  tail: shared packs tid, tid + step, ... below tailPacks,
+// this thread's cp.async copies (no other thread reads them), which the statistics wait for.
+// HEAD_FIRST: the pivot and the head's sums before that wait, for a head loaded ahead: the SM
+// reduces its head while its tail still lands (fp32 8 x 640 x 64 x 64: 0.87 -> 0.90 of the
+// copy, the bound measured with no statistics at all; where the head was only just asked for,
+// as on the fp16 pair launch, that order measured 0.5-1 point slower: the sweep's ab_head_first).
+template <typename T, int VEC, int N, bool HEAD_FIRST>
 __device__ __forceinline__ RowStats onePassStats(Pack<T, VEC> const (&cache)[N], Pack<T, VEC> const* tail, int tid,
     int step, int tailPacks, float inverseCols, float eps, float* buf, float2* buf2)
 {
+    if constexpr (!HEAD_FIRST)
+    {
+        copyAsyncWait();
+    }
     float const pivot = blockSum(packSum(cache[0], 0.F), buf) / static_cast<float>(step * VEC);
     float acc = 0.F;
     float sq = 0.F;
@@ -163,6 +172,10 @@ __device__ __forceinline__ RowStats onePassStats(Pack<T, VEC> const (&cache)[N],
     for (int i = 0; i < N; ++i)
     {
         packSumSquares(cache[i], pivot, acc, sq);
+    }
+    if constexpr (HEAD_FIRST)
+    {
+        copyAsyncWait();
     }
     for (int p = tid; p < tailPacks; p += step)
     {
@@ -383,9 +396,10 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
 // tail pack's output is made, the pack takes the CTA's next row's (cp.async): on a grid of
 // one CTA per SM the SM reads its next group while it writes this one.  AHEAD: the register
 // head takes the next row's packs too, as soon as this row's head is written (before the
-// tail), else at the top of the next row: held across the tail loop, a head of 8 fp32 packs
-// spills (6 do not).  The launcher checks that the tail fits the device's shared memory and
-// that the head is full (nv > N * blockDim).
+// tail), else at the top of the next row; its statistics then start on the head while the
+// tail lands.  Held across the tail loop, a head of 8 packs spills (6: none in fp32, 12 bytes in
+// fp16).  The launcher checks that the tail fits the device's shared memory and that the head
+// is full (nv > N * blockDim).
 template <typename T, int VEC, int K, bool AHEAD>
 __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
@@ -435,8 +449,8 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
         {
             loadHead(r.x);
         }
-        copyAsyncWait(); // this thread's tail packs have landed (no other thread reads them)
-        RowStats const s = onePassStats<T, VEC, N>(cache, tail, tid, step, tailPacks, inverseCols, eps, buf, buf2);
+        RowStats const s
+            = onePassStats<T, VEC, N, AHEAD>(cache, tail, tid, step, tailPacks, inverseCols, eps, buf, buf2);
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
@@ -556,19 +570,21 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // 0.93-0.94 of the same-bytes copy, with SiLU 0.86 -> 0.90-0.91; 2-4 CTAs an SM staged were
 // 1-15% slower than unstaged, and fp16 K = 80 in 1024 threads (groups of 81920, SDXL's 640 x
 // 64 x 64) 0.834-0.844 against 0.856 (its staged build spills), so only fp32 K = 40 stages.
-// Pairs: fp16 there instead takes the wide kernel (K = 64) in FUSION_GROUPNORM_PAIR_THREADS-
-// thread CTAs, two an SM where two tails fit the opt-in, on a grid of two CTAs per SM: one
-// CTA's reductions and SiLU overlap the other's loads.  Measured (the sweep's ab_wide512): with
-// SiLU 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 ->
-// 0.82-0.86 (-1.4 to +4.9 points).
+// Pairs: fp16 there instead takes the wide kernel in FUSION_GROUPNORM_PAIR_THREADS-thread CTAs,
+// two an SM where two tails fit the opt-in, on a grid of two CTAs per SM (K = 48 loading the
+// next head ahead where those CTAs take rows in turn, else K = 64): one CTA's reductions and
+// SiLU overlap the other's loads.  Measured (the sweep's ab_wide512): with SiLU 0.69-0.75 ->
+// 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 -> 0.82-0.86 (-1.4 to +4.9
+// points); K = 48 ahead at 16 x 640 x 64 x 64 0.876 -> 0.885, with SiLU unchanged (ab_head_first).
 // Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte packs,
 // where the tail fits the device's shared memory (H100: fp32 <= 90624, fp16 <= 181248): K = 32 /
-// 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7% slower).  fp32 CTAs
+// 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7% slower).  CTAs
 // that take rows in turn (one an SM, more rows than SMs) load the next row's head ahead where its
-// tail fits (K = 24, H100: groups <= 82432): 0.85 -> 0.87 of the copy at 8 x 640 x 64 x 64, with
-// SiLU 0.84 -> 0.87 (ab_head_ahead; K = 32 ahead spills 64 bytes and measured 0.82, fp16 ahead
-// gained nothing at K = 48 and spilled at 64).  Measured on SDXL's groups (x >= 40 MB): fp32 640 x
-// 64 x 64 0.34 -> 0.79-0.80 of the copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 ->
+// tail fits (K = 24 / 48, H100: groups <= 82432 / 164864), reducing it while the tail still lands:
+// fp32 8 x 640 x 64 x 64 0.87 -> 0.90 of the copy, with SiLU 0.86 -> 0.88; fp16 8 x 320 x 128 x
+// 128 0.82 -> 0.84-0.85, with SiLU 0.79 -> 0.81 (ab_head_ahead, ab_head_first; K = 32 / 64 ahead
+// spill 64 / 176 bytes and measured 0.82 / 0.69).  Measured on SDXL's groups (x >= 40 MB): fp32
+// 640 x 64 x 64 0.34 -> 0.79-0.80 of the copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 ->
 // 0.72-0.75 (1.0x -> 3.4x torch); with the next group's tail loaded as each CTA writes (one CTA an
 // SM), 0.83 and 0.74-0.79 (ab_next_row: the same for the register head measured 0.56-0.71 where it
 // was 0.82-0.92, so only the shared tail is loaded ahead); with one-pass statistics, 0.85 and
@@ -609,7 +625,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // loading the next head ahead first (the launcher's preference on grids that take rows in turn).
 #define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
 #define FUSION_GROUPNORM_WIDE_KERNELS(XW)                                                                          \
-    XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false) XW(f16, __half, 8, 64, false)
+    XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false)                                                       \
+    XW(f16, __half, 8, 48, true) XW(f16, __half, 8, 64, false)
 // XC(tn, T, vec, k, cl) for the cluster kernels.
 #define FUSION_GROUPNORM_CLUSTER_KERNELS(XC) XC(f32, float, 4, 40, 8) XC(f16, __half, 8, 80, 8)
 

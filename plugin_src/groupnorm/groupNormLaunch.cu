@@ -142,18 +142,19 @@ int64_t wideTailBytes(KernelEntry const& wide, int64_t nv, int64_t vec, int64_t 
     return (nv - wide.k / vec * threads) * 16;
 }
 
-// The wide kernel for groups of nv packs in 1024 threads whose tail fits `smemFree`: where each
-// CTA takes rows in turn, one that loads the next row's head ahead if its tail fits, else the
-// first that fits; nullptr if none does.
-KernelEntry const* wideKernel(char const* type, int64_t vec, int64_t nv, int64_t smemFree, bool rowsInTurn)
+// The wide kernel for groups of nv packs in CTAs of `threads` whose head is full and whose tail
+// fits `smemFree`: where each CTA takes rows in turn, one that loads the next row's head ahead
+// if its tail fits, else the first that fits; nullptr if none does.
+KernelEntry const* wideKernel(
+    char const* type, int64_t vec, int64_t nv, int64_t threads, int64_t smemFree, bool rowsInTurn)
 {
     for (bool const ahead : {true, false})
     {
         for (KernelEntry const& kernel : kWideKernels)
         {
+            int64_t const tail = wideTailBytes(kernel, nv, vec, threads);
             if (std::strcmp(kernel.type, type) == 0 && kernel.vec == vec && kernel.ahead == ahead
-                && (!ahead || rowsInTurn)
-                && wideTailBytes(kernel, nv, vec, FUSION_GROUPNORM_THREADS) <= smemFree)
+                && (!ahead || rowsInTurn) && tail > 0 && tail <= smemFree)
             {
                 return &kernel;
             }
@@ -215,14 +216,15 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     else if (fillsSm && !f32)
     {
         // fp16: the wide kernel in half-size CTAs, two an SM, where two tails fit.
-        KernelEntry const* wide = findKernel(std::begin(kWideKernels), std::end(kWideKernels), typeName, vec);
-        int64_t const tailBytes = wide == nullptr ? 0 : wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_PAIR_THREADS);
-        if (wide != nullptr && tailBytes > 0 && 2 * (tailBytes + FUSION_GROUPNORM_STATIC_SMEM) <= device.smemOptin)
+        int64_t const pairs = 2 * device.stageSms;
+        KernelEntry const* wide = wideKernel(typeName, vec, nv, FUSION_GROUPNORM_PAIR_THREADS,
+            device.smemOptin / 2 - FUSION_GROUPNORM_STATIC_SMEM, rows > pairs);
+        if (wide != nullptr)
         {
             use = wide;
             plan.block = FUSION_GROUPNORM_PAIR_THREADS;
-            plan.grid = rows < 2 * device.stageSms ? rows : 2 * device.stageSms;
-            plan.smem = static_cast<int32_t>(tailBytes);
+            plan.grid = rows < pairs ? rows : pairs;
+            plan.smem = static_cast<int32_t>(wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_PAIR_THREADS));
         }
     }
     else if (pick == nullptr && vec > 1)
@@ -230,7 +232,7 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         // One CTA an SM (sm_90+), each taking its rows in turn and loading its next group as it
         // writes this one.
         bool const rowsInTurn = device.stageSms > 0 && rows > device.stageSms;
-        KernelEntry const* wide = wideKernel(typeName, vec, nv, smemFree, rowsInTurn);
+        KernelEntry const* wide = wideKernel(typeName, vec, nv, FUSION_GROUPNORM_THREADS, smemFree, rowsInTurn);
         KernelEntry const* cluster = device.stageSms > 0
             ? findKernel(std::begin(kClusterKernels), std::end(kClusterKernels), typeName, vec)
             : nullptr;

@@ -38,6 +38,8 @@ CASES = [
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
     ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / wide_k64 in 512 threads (18 KB)
     ((140, 41, 32, 32), 1, 0),  # 140 groups of 41984 > SMs: wide_k24, the next head ahead [wide_k32] / as above
+    ((300, 41, 32, 32), 1, 0),  # 300 groups of 41984 > 2 x SMs: as above / wide_k48 in 512 threads, head ahead
+    ((140, 82, 32, 32), 1, 0),  # 140 groups of 83968 > SMs: wide_k32 (K = 24's tail too big) / wide_k48, head ahead
     ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
     ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8, 416 threads [loop; a 384 KB tail] / wide_k64 (128 KB)
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
