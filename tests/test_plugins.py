@@ -199,8 +199,9 @@ def test_launch_policy_paths():
         pl.norm_launch_config("layernorm", "int8", 1, 1)
 
 
-# (stage_sms, smem_optin): no extras; an H100 (sm_90); an A100 (sm_80, 163 KB opt-in); an RTX 3090 (99 KB).
-DEVICES = ((0, 0), (132, 232448), (0, 166912), (0, 101376))
+# (stage_sms, smem_optin): no extras; an H100 (sm_90); an A100 (sm_80, 163 KB opt-in); an RTX 3090 (99 KB);
+# an sm_90 part with 195 KB (the fp16 pair's K = 64, the fp32 wide path's K = 32 only).
+DEVICES = ((0, 0), (132, 232448), (0, 166912), (0, 101376), (114, 200000))
 GN_COLS = (1, 4, 42, 128, 255, 256, 2048, 2560, 4096, 6144, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
            36864, 40960, 40961, 40964, 41984, 81920, 82432, 82436, 86016, 131072, 163840, 294912, 327680, 327684, 524288, 655360,
            655368)  # fmt: skip
@@ -256,13 +257,14 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
     # fp16 where a register-path CTA would fill the SM (> 512 threads at K = 80): the wide kernel
-    # in 512-thread CTAs, two an SM (SDXL's 640x64x64: 81920 - 32768 in 96 KB each); where those
-    # CTAs take rows in turn, K = 48 loading the next head ahead (81920 - 24576 in 112 KB each).
-    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 1, 512)
-    assert cfg("float16", 16, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 264, 512)
+    # in 512-thread CTAs, two an SM, one a group: K = 48, its statistics starting on the head
+    # (SDXL's 640x64x64: 81920 - 24576 in 112 KB each), else K = 64 where two of those do not fit.
+    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 1, 512)
+    assert cfg("float16", 16, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 512, 512)
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 81920, 512) == 98304
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k48", "float16", 81920, 512) == 114688
-    assert cfg("float16", 8, 352, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 512)
+    assert cfg("float16", 8, 352, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 256, 512)
+    assert cfg("float16", 16, 640, 32, 64 * 64, True, 132, 200000) == ("fusion_groupnorm_wide_f16_v8_k64", 512, 512)
     assert cfg("float16", 8, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 256, 512)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 1024)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 1024)

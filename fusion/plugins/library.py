@@ -906,7 +906,7 @@ GROUPNORM_DTYPES = {"float32": "f32", "float16": "f16"}
 GROUPNORM_THREADS = 1024
 GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several share an SM)
 GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device can
-GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, two an SM
+GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, two an SM, one a group
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 # The wide kernels' (pack width, K of the register head, loads the next head ahead), in the
 # launcher's order of preference.
@@ -962,13 +962,13 @@ def groupnorm_smem(name: str, dtype: str, cols: int, block: int = GROUPNORM_THRE
     return (cols // vec - k // vec * block) * 16
 
 
-def _wide_kernels(dtype: str, vec: int, cols: int, block: int, room: int, in_turn: bool) -> list[str]:
+def _wide_kernels(dtype: str, vec: int, cols: int, block: int, room: int, ahead_first: bool) -> list[str]:
     """The wide kernels whose head of ``block`` threads is full and whose tail fits ``room``
-    bytes, the launcher's pick first: those loading the next head ahead, only where CTAs take
-    rows in turn (``in_turn``), before the others."""
+    bytes, the launcher's pick first: with ``ahead_first``, those that reduce their head first
+    (and load the next ahead where CTAs take rows in turn) before the others; else only the others."""
     fits = [(groupnorm_wide_kernel(dtype, vec, k), ahead) for v, k, ahead in GROUPNORM_WIDE if v == vec]
     fits = [(name, ahead) for name, ahead in fits
-            if (in_turn or not ahead) and 0 < groupnorm_smem(name, dtype, cols, block) <= room]
+            if (ahead_first or not ahead) and 0 < groupnorm_smem(name, dtype, cols, block) <= room]
     return [name for name, ahead in sorted(fits, key=lambda f: not f[1])]
 
 
@@ -976,7 +976,8 @@ def groupnorm_wide_launches(dtype: str, vec: int, rows: int, cols: int, stage_sm
                             smem_optin: int) -> list[tuple[str, int, int]]:  # fmt: skip
     """The wide launches for groups past the registers, the launcher's pick first (_wide_kernels):
     1024 threads, the tail within the opt-in (less GROUPNORM_STATIC_SMEM), on min(rows, stage_sms)
-    CTAs where ``stage_sms``, which then take rows in turn where there are more rows."""
+    CTAs where ``stage_sms``, which then take rows in turn where there are more rows (and only
+    then load their next head ahead)."""
     grid = min(rows, stage_sms or _INT_MAX)
     names = _wide_kernels(dtype, vec, cols, GROUPNORM_THREADS, smem_optin - GROUPNORM_STATIC_SMEM,
                           0 < stage_sms < rows)  # fmt: skip
@@ -991,15 +992,13 @@ def groupnorm_wide_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms:
 
 def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
                           smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
-    """fp16 groups whose register-path CTA would fill an SM: the wide kernel (_wide_kernels) in
-    GROUPNORM_PAIR_THREADS-thread CTAs, two an SM (min(rows, 2 * stage_sms) of them), where two
-    tails fit the opt-in; else None."""
+    """fp16 groups whose register-path CTA would fill an SM: the wide kernel (_wide_kernels, head
+    first) in GROUPNORM_PAIR_THREADS-thread CTAs, two an SM where two tails fit the opt-in, one a
+    group; else None."""
     if dtype != "float16" or stage_sms <= 0:
         return None
-    pairs = 2 * stage_sms
-    names = _wide_kernels(dtype, vec, cols, GROUPNORM_PAIR_THREADS, smem_optin // 2 - GROUPNORM_STATIC_SMEM,
-                          rows > pairs)  # fmt: skip
-    return (names[0], min(rows, pairs), GROUPNORM_PAIR_THREADS) if names else None
+    names = _wide_kernels(dtype, vec, cols, GROUPNORM_PAIR_THREADS, smem_optin // 2 - GROUPNORM_STATIC_SMEM, True)
+    return (names[0], min(rows, _INT_MAX), GROUPNORM_PAIR_THREADS) if names else None
 
 
 def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,

@@ -143,10 +143,11 @@ int64_t wideTailBytes(KernelEntry const& wide, int64_t nv, int64_t vec, int64_t 
 }
 
 // The wide kernel for groups of nv packs in CTAs of `threads` whose head is full and whose tail
-// fits `smemFree`: where each CTA takes rows in turn, one that loads the next row's head ahead
-// if its tail fits, else the first that fits; nullptr if none does.
+// fits `smemFree`: with aheadFirst, one of those that reduce their head first (and load the next
+// row's ahead, where CTAs take rows in turn) if its tail fits, else the first that fits; nullptr
+// if none does.
 KernelEntry const* wideKernel(
-    char const* type, int64_t vec, int64_t nv, int64_t threads, int64_t smemFree, bool rowsInTurn)
+    char const* type, int64_t vec, int64_t nv, int64_t threads, int64_t smemFree, bool aheadFirst)
 {
     for (bool const ahead : {true, false})
     {
@@ -154,7 +155,7 @@ KernelEntry const* wideKernel(
         {
             int64_t const tail = wideTailBytes(kernel, nv, vec, threads);
             if (std::strcmp(kernel.type, type) == 0 && kernel.vec == vec && kernel.ahead == ahead
-                && (!ahead || rowsInTurn) && tail > 0 && tail <= smemFree)
+                && (!ahead || aheadFirst) && tail > 0 && tail <= smemFree)
             {
                 return &kernel;
             }
@@ -215,15 +216,14 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     }
     else if (fillsSm && !f32)
     {
-        // fp16: the wide kernel in half-size CTAs, two an SM, where two tails fit.
-        int64_t const pairs = 2 * device.stageSms;
+        // fp16: the wide kernel in half-size CTAs, two an SM where two tails fit, one a group: the
+        // hardware starts each as another ends, so an SM's two CTAs run their phases apart.
         KernelEntry const* wide = wideKernel(typeName, vec, nv, FUSION_GROUPNORM_PAIR_THREADS,
-            device.smemOptin / 2 - FUSION_GROUPNORM_STATIC_SMEM, rows > pairs);
+            device.smemOptin / 2 - FUSION_GROUPNORM_STATIC_SMEM, true);
         if (wide != nullptr)
         {
             use = wide;
             plan.block = FUSION_GROUPNORM_PAIR_THREADS;
-            plan.grid = rows < pairs ? rows : pairs;
             plan.smem = static_cast<int32_t>(wideTailBytes(*wide, nv, vec, FUSION_GROUPNORM_PAIR_THREADS));
         }
     }
