@@ -257,13 +257,15 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float32", 16, 320, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
     assert cfg("float32", 16, 320, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_reg_f32_v4_k40", 512, 1024)
     # fp16 where a register-path CTA would fill the SM (> 512 threads at K = 80): the wide kernel
-    # in 512-thread CTAs, two an SM, one a group: K = 48, its statistics starting on the head
-    # (SDXL's 640x64x64: 81920 - 24576 in 112 KB each), else K = 64 where two of those do not fit.
-    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 1, 512)
+    # in 512-thread CTAs, two an SM, one a group (SDXL's 640x64x64: 81920 - 32768 in 96 KB each);
+    # where the groups outnumber the pairs the SMs hold, K = 48, its statistics starting on the
+    # head (81920 - 24576 in 112 KB each), if two of those fit.
+    assert cfg("float16", 1, 1, 1, 81920, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 1, 512)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 512, 512)
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 81920, 512) == 98304
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k48", "float16", 81920, 512) == 114688
-    assert cfg("float16", 8, 352, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 256, 512)
+    assert cfg("float16", 8, 352, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 256, 512)
+    assert cfg("float16", 9, 352, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 288, 512)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, 132, 200000) == ("fusion_groupnorm_wide_f16_v8_k64", 512, 512)
     assert cfg("float16", 8, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 256, 512)
     assert cfg("float16", 16, 640, 32, 64 * 64, True, *a100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 1024)

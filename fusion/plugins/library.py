@@ -993,11 +993,12 @@ def groupnorm_wide_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms:
 def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int,
                           smem_optin: int) -> tuple[str, int, int] | None:  # fmt: skip
     """fp16 groups whose register-path CTA would fill an SM: the wide kernel (_wide_kernels, head
-    first) in GROUPNORM_PAIR_THREADS-thread CTAs, two an SM where two tails fit the opt-in, one a
-    group; else None."""
+    first where the groups outnumber the pairs the SMs hold) in GROUPNORM_PAIR_THREADS-thread
+    CTAs, two an SM where two tails fit the opt-in, one a group; else None."""
     if dtype != "float16" or stage_sms <= 0:
         return None
-    names = _wide_kernels(dtype, vec, cols, GROUPNORM_PAIR_THREADS, smem_optin // 2 - GROUPNORM_STATIC_SMEM, True)
+    names = _wide_kernels(dtype, vec, cols, GROUPNORM_PAIR_THREADS, smem_optin // 2 - GROUPNORM_STATIC_SMEM,
+                          rows > 2 * stage_sms)  # fmt: skip
     return (names[0], min(rows, _INT_MAX), GROUPNORM_PAIR_THREADS) if names else None
 
 

@@ -572,13 +572,15 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // 1-15% slower than unstaged, and fp16 K = 80 in 1024 threads (groups of 81920, SDXL's 640 x
 // 64 x 64) 0.834-0.844 against 0.856 (its staged build spills), so only fp32 K = 40 stages.
 // Pairs: fp16 there instead takes the wide kernel in FUSION_GROUPNORM_PAIR_THREADS-thread CTAs,
-// two an SM where two tails fit the opt-in (K = 48, its statistics starting on the head, else
-// K = 64), one CTA a group: one CTA's reductions and SiLU overlap the other's loads, and as the
-// hardware starts each CTA when another ends, the SM's two drift apart in phase.  Measured (the
-// sweep's ab_wide512): with SiLU 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920),
-// without it 0.82-0.85 -> 0.82-0.86 (-1.4 to +4.9 points); at 16 / 32 x 640 x 64 x 64, one CTA a
-// group against two an SM taking rows in turn 0.89 -> 0.90 and 0.88 -> 0.93, with SiLU 0.84 ->
-// 0.84 and 0.87 -> 0.89; K = 48 against K = 64 there +0.2 to +1.2 (ab_pair_grids).
+// two an SM where two tails fit the opt-in, one CTA a group: one CTA's reductions and SiLU
+// overlap the other's loads, and as the hardware starts each CTA when another ends, the SM's two
+// drift apart in phase.  K = 64, or K = 48 with its statistics starting on the head where the
+// groups outnumber the pairs the SMs hold.  Measured (the sweep's ab_wide512): with SiLU
+// 0.69-0.75 -> 0.73-0.85 of the copy (groups of 45056-81920), without it 0.82-0.85 -> 0.82-0.86
+// (-1.4 to +4.9 points); at 16 / 32 x 640 x 64 x 64, one CTA a group against two an SM taking
+// rows in turn 0.89 -> 0.90 and 0.88 -> 0.93, with SiLU 0.84 -> 0.84 and 0.87 -> 0.89
+// (ab_pair_grids); K = 48 against K = 64 +0.5 to +1.5 on 384-512 groups, -2 with SiLU on 128-256
+// (one wave; ab_pair_k).
 // Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte packs,
 // where the tail fits the device's shared memory (H100: fp32 <= 90624, fp16 <= 181248): K = 32 /
 // 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7% slower).  CTAs

@@ -217,9 +217,10 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     else if (fillsSm && !f32)
     {
         // fp16: the wide kernel in half-size CTAs, two an SM where two tails fit, one a group: the
-        // hardware starts each as another ends, so an SM's two CTAs run their phases apart.
+        // hardware starts each as another ends, so an SM's two CTAs run their phases apart; the
+        // kernels reducing their head first where the groups outnumber those pairs.
         KernelEntry const* wide = wideKernel(typeName, vec, nv, FUSION_GROUPNORM_PAIR_THREADS,
-            device.smemOptin / 2 - FUSION_GROUPNORM_STATIC_SMEM, true);
+            device.smemOptin / 2 - FUSION_GROUPNORM_STATIC_SMEM, rows > 2 * device.stageSms);
         if (wide != nullptr)
         {
             use = wide;

@@ -34,11 +34,11 @@ CASES = [
     ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
     ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads; staged) / v8_k80
     ((200, 24, 32, 32), 1, 0),  # cols 24576: v4_k40 in 640 threads (staged: 200 rows > SMs) / v8_k80
-    ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: wide_k32 / wide_k48 in 512 threads
+    ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: wide_k32 / wide_k64 in 512 threads
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
-    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / wide_k48 in 512 threads (34 KB)
+    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / wide_k64 in 512 threads (18 KB)
     ((140, 41, 32, 32), 1, 0),  # 140 groups of 41984 > SMs: wide_k24, the next head ahead [wide_k32] / as above
-    ((300, 41, 32, 32), 1, 0),  # 300 groups of 41984: as above / wide_k48 in 512 threads, one CTA a group
+    ((300, 41, 32, 32), 1, 0),  # 300 groups of 41984 > 2 x SMs: as above / wide_k48 in 512 threads, head first
     ((140, 82, 32, 32), 1, 0),  # 140 groups of 83968 > SMs: wide_k32 (K = 24's tail too big) / wide_k48, head ahead
     ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
     ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8, 416 threads [loop; a 384 KB tail] / wide_k64 (128 KB)
