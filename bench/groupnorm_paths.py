@@ -128,7 +128,7 @@ RUNS = {"fp32": ("gn", "fp32"), "fp16": ("gn", "fp16"), "fp16_io": ("gn16", "fp1
 def collect(src: Path, trt_version: str, out: Path, device: str | None = None) -> dict:
     """The verify reports (fp16_io where present) as one results file, each output with the
     precision its plugin layer ran in: from src/layers_<run>.json where there is one (the engine
-    inspector), else fp32 where the output's error equals the fp32 build's."""
+    inspector), else fp32 where the output's error equals the fp32 build's of the same model."""
     reports = {r: json.loads((src / f"verify_{r}.json").read_text()) for r in RUNS
                if r != "fp16_io" or (src / f"verify_{r}.json").exists()}  # fmt: skip
     fp32_err = {c["output"]: c["max_abs"] for c in reports["fp32"]["checks"]}
@@ -138,9 +138,10 @@ def collect(src: Path, trt_version: str, out: Path, device: str | None = None) -
         layers = json.loads(layers_file.read_text()) if layers_file.exists() else {}
         outputs = []
         for c in report["checks"]:
-            ran = layers.get(c["output"]) or ("fp32" if RUNS[run][1] == "fp32" or c["max_abs"] == fp32_err.get(c["output"])
-                                              else "fp16")  # fmt: skip
-            outputs.append({"output": c["output"], "plugin_ran_in": ran, "seen_by": "inspector" if layers else "error",
+            same_as_fp32 = RUNS[run][0] == RUNS["fp32"][0] and c["max_abs"] == fp32_err.get(c["output"])
+            ran = layers.get(c["output"]) or ("fp32" if RUNS[run][1] == "fp32" or same_as_fp32 else "fp16")
+            seen_by = "inspector" if c["output"] in layers else "error"
+            outputs.append({"output": c["output"], "plugin_ran_in": ran, "seen_by": seen_by,
                             "kernel": PATHS[c["output"]][ran], "max_abs": c["max_abs"], "atol": c["atol"],
                             "rtol": c["rtol"], "passed": c["passed"]})  # fmt: skip
         model, precision = RUNS[run]

@@ -46,13 +46,15 @@ def test_collect_takes_the_precision_from_the_engine_inspector(tmp_path, monkeyp
         (tmp_path / f"verify_{run}.json").write_text(json.dumps(_report(errors)))
     # errors equal to fp32's, but the inspector saw yc's layer read fp16
     (tmp_path / "layers_fp16.json").write_text(json.dumps({"ya": "fp32", "yb": "fp32", "yc": "fp16", "yd": "fp32"}))
-    (tmp_path / "verify_fp16_io.json").write_text(json.dumps(_report({"ya": 2e-3, "yb": 3e-3, "yc": 3e-3, "yd": 4e-3})))
-    (tmp_path / "layers_fp16_io.json").write_text(json.dumps({o: "fp16" for o in errors}))
+    # the fp16 model: without the inspector's word its errors say nothing (a different model), so fp16
+    (tmp_path / "verify_fp16_io.json").write_text(json.dumps(_report({"ya": 4e-6, "yb": 3e-3, "yc": 3e-3, "yd": 4e-3})))
+    (tmp_path / "layers_fp16_io.json").write_text(json.dumps({o: "fp16" for o in ("yb", "yc", "yd")}))
     data = gp.collect(tmp_path, "8.5.3.1", tmp_path / "r.json", device="H100")
     ran = {p: {o["output"]: (o["plugin_ran_in"], o["seen_by"]) for o in r["outputs"]} for p, r in data["runs"].items()}
     assert ran["fp32"]["yc"] == ("fp32", "error")
     assert ran["fp16"]["yc"] == ("fp16", "inspector") and ran["fp16"]["yb"] == ("fp32", "inspector")
     assert data["runs"]["fp16_io"]["model"] == "gn16" and data["runs"]["fp16_io"]["precision"] == "fp16"
+    assert ran["fp16_io"]["ya"] == ("fp16", "error") and ran["fp16_io"]["yb"] == ("fp16", "inspector")
     kernels = {o["output"]: o["kernel"] for o in data["runs"]["fp16_io"]["outputs"]}
     assert kernels == {"ya": "fusion_groupnorm_reg_f16_v8_k80", "yb": "fusion_groupnorm_wide_f16_v8_k48",
                        "yc": "fusion_groupnorm_wide_f16_v8_k48", "yd": "fusion_groupnorm_cluster_f16_v8_k80_c8"}  # fmt: skip

@@ -908,8 +908,8 @@ GROUPNORM_TARGET_THREADS = 256  # the policy prefers CTAs this small (several sh
 GROUPNORM_STAGE_THREADS = 512  # larger CTAs fill an SM: staged where the device can
 GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, two an SM, one a group
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
-# The wide kernels' (pack width, K of the register head, loads the next head ahead), in the
-# launcher's order of preference.
+# The wide kernels' (pack width, K of the register head, loads the next head ahead and reduces its
+# head first), in the launcher's order of preference.
 GROUPNORM_WIDE = ((4, 24, True), (4, 32, False), (8, 48, True), (8, 64, False))
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
 GROUPNORM_CLUSTER_KS = {4: 40, 8: 80}  # the cluster kernels' K per pack width

@@ -156,8 +156,8 @@ struct GroupRow
 // this thread's cp.async copies (no other thread reads them), which the statistics wait for.
 // HEAD_FIRST: the pivot and the head's sums before that wait, for a head loaded ahead: the SM
 // reduces its head while its tail still lands (fp32 8 x 640 x 64 x 64: 0.87 -> 0.90 of the
-// copy, the bound measured with no statistics at all; where the head was only just asked for,
-// as on the fp16 pair launch, that order measured 0.5-1 point slower: the sweep's ab_head_first).
+// copy, the bound measured with no statistics at all; on the K = 64 kernel, which asks for its
+// head at the row's top, -1 to +0.5 points: the sweep's ab_head_first).
 template <typename T, int VEC, int N, bool HEAD_FIRST>
 __device__ __forceinline__ RowStats onePassStats(Pack<T, VEC> const (&cache)[N], Pack<T, VEC> const* tail, int tid,
     int step, int tailPacks, float inverseCols, float eps, float* buf, float2* buf2)
@@ -627,7 +627,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
     XL(f32, float, 1) XL(f32, float, 4) XL(f16, __half, 1) XL(f16, __half, 8)
 
 // XS(tn, T, vec, k) for the staged kernels, XW(tn, T, vec, k, ahead) for the wide ones, those
-// loading the next head ahead first (the launcher's preference on grids that take rows in turn).
+// loading the next head ahead (and reducing their head first) first: the launcher's preference
+// where CTAs take rows in turn, or where pairs start as others end.
 #define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
 #define FUSION_GROUPNORM_WIDE_KERNELS(XW)                                                                          \
     XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false)                                                       \
