@@ -37,8 +37,9 @@ from bench.bench_kernels import commit_info  # noqa: E402
 from fusion.plugins.library import groupnorm_launch_config  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "trt_groupnorm_paths.json"
-# b and c at batches whose groups outnumber the CTAs the wide path runs on an H100 (132 of 1024
-# threads; fp16's 640 x 64 x 64: 264 of 512), so each CTA loads its next group as it writes
+# b and c at batches whose groups outnumber what an H100 holds at once (132 CTAs of 1024 threads;
+# fp16's 640 x 64 x 64: 264 pairs of 512): the wide path's CTAs load their next group as they
+# write, the pair takes K = 48
 SHAPES = {"a": (2, 320, 64, 64), "b": (9, 640, 64, 64), "c": (5, 320, 128, 128), "d": (1, 320, 256, 256)}
 SILU = {"a": True, "b": False, "c": True, "d": False}
 GROUPS = 32

@@ -1087,10 +1087,10 @@ std::vector<Case> groupNormCases()
     // largest register-path group (40960, SD-UNet 320x64x64; fp32 staged on sm_90+); more
     // fp32-staged groups (640 threads) than an H100 has SMs; a group of 80000 (fp32: the wide
     // path where the device's shared memory holds its tail; fp16 on sm_90+: the wide kernel in
-    // 512-thread CTAs, two an SM); 280 groups of 49152 (the same two, with more groups than
-    // CTAs: each CTA loads its next group's tail as it writes, and in fp32 its head); groups of
-    // 294912 (sm_90+: a cluster of 8 CTAs); a group of 524288 (fp16: a cluster of 8; fp32: the
-    // loop path).
+    // 512-thread CTAs, two an SM); 280 groups of 49152 (the same two with more groups than CTAs:
+    // in fp32 each CTA loads its next group's head and tail as it writes this one; in fp16 the
+    // groups outnumber the pairs, so K = 48, one CTA a group); groups of 294912 (sm_90+: a
+    // cluster of 8 CTAs); a group of 524288 (fp16: a cluster of 8; fp32: the loop path).
     S const shapes[] = {{{2, 64, 8, 8}, 32, 1e-5}, {{3, 30, 7}, 5, 1e-6}, {{4, 16}, 4, 1e-3},
         {{1, 320, 64, 64}, 32, 1e-5}, {{200, 24, 32, 32}, 1, 1e-5}, {{1, 32, 100, 100}, 4, 1e-5},
         {{280, 12, 64, 64}, 1, 1e-5}, {{2, 32, 96, 96}, 1, 1e-5}, {{1, 8, 256, 256}, 1, 1e-5}};
