@@ -71,7 +71,7 @@ GROUP_GRID: dict[str, Any] = {
     "dtypes": ("float32", "float16"),  # the GroupNorm kernels' types
     # (C, H, W) of SD 1.5 / 2.x UNet blocks at 512x512, then SDXL's largest at 1024x1024 (its
     # 640 x 64 x 64 and 320 x 128 x 128 groups outgrow the register path: the wide path, and
-    # fp32 320 x 128 x 128 a cluster).
+    # fp32 320 x 128 x 128 the stream path).
     "shapes": ((320, 64, 64), (640, 32, 32), (1280, 16, 16), (640, 64, 64), (320, 128, 128)),
     "batch": 8,
     "groups": 32,
@@ -390,9 +390,9 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
 def sweep_configs(case: GroupCase, device: tuple[int, int] = (0, 0)) -> list[tuple[str, int, int]]:
     """Every launch of the vector packs that holds the case's group: each register-path K with
     the fewest threads (<= 1024) that cover it, its staged launch where there is one, the wide
-    and cluster launches where no K holds it (device: (stage_sms, smem_optin), as
+    and stream launches where no K holds it (device: (stage_sms, smem_optin), as
     groupnorm_plan's).  The A/B behind the policy's CTA-size target, its staging, its wide path
-    and its clusters."""
+    and its stream path."""
     return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial,
                                 *device)  # fmt: skip
 

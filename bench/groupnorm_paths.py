@@ -13,9 +13,9 @@ TensorRT engines (bench/run_gpu_groupnorm_paths.sh runs the whole thing on the G
 
 Four inputs, each through GroupNorm(32) (+ SiLU on two), one per kernel path on an H100: 2 x
 320 x 64 x 64 (fp32: the staged kernel), 9 x 640 x 64 x 64 (fp32: the wide kernel; fp16: the
-wide kernel in two 512-thread CTAs an SM), 5 x 320 x 128 x 128 (fp32: a cluster of 8 CTAs, its
+wide kernel in two 512-thread CTAs an SM), 5 x 320 x 128 x 128 (fp32: the stream path, its
 640 KB groups past the shared memory; fp16: the wide kernel) and 1 x 320 x 256 x 256 (a VAE decoder's
-size; fp32: the loop path, its groups past a cluster; fp16: a cluster).  Three engines: the fp32
+size; the stream path, 320 / 160 chunks a group: past the 96 partials warp 0 reads ahead).  Three engines: the fp32
 model in fp32 and in fp16 (where TensorRT picks each plugin layer's precision), and the fp16
 model in fp16 (fp16 inputs: the fp16 kernels).  The original's engine needs TensorRT's
 InstanceNormalization plugin, which runs through cuDNN (a stub in our TensorRT 8.5 bundle), so

@@ -31,12 +31,12 @@ def test_collect_names_the_kernel_by_the_precision_each_plugin_ran_in(tmp_path, 
     # one input per kernel path of the launch policy on an H100
     assert kernels["fp32"] == {"ya": ("fp32", "fusion_groupnorm_staged_f32_v4_k40"),
                                "yb": ("fp32", "fusion_groupnorm_wide_f32_v4_k24"),
-                               "yc": ("fp32", "fusion_groupnorm_cluster_f32_v4_k40_c8"),
-                               "yd": ("fp32", "fusion_groupnorm_loop_f32_v4")}  # fmt: skip
+                               "yc": ("fp32", "fusion_groupnorm_stream_f32_v4"),
+                               "yd": ("fp32", "fusion_groupnorm_stream_f32_v4")}  # fmt: skip
     assert kernels["fp16"] == {"ya": ("fp32", "fusion_groupnorm_staged_f32_v4_k40"),
                                "yb": ("fp16", "fusion_groupnorm_wide_f16_v8_k48"),  # in 512 threads
                                "yc": ("fp16", "fusion_groupnorm_wide_f16_v8_k48"),
-                               "yd": ("fp16", "fusion_groupnorm_cluster_f16_v8_k80_c8")}  # fmt: skip
+                               "yd": ("fp16", "fusion_groupnorm_stream_f16_v8")}  # fmt: skip
 
 
 def test_collect_takes_the_precision_from_the_engine_inspector(tmp_path, monkeypatch):
@@ -57,7 +57,7 @@ def test_collect_takes_the_precision_from_the_engine_inspector(tmp_path, monkeyp
     assert ran["fp16_io"]["ya"] == ("fp16", "error") and ran["fp16_io"]["yb"] == ("fp16", "inspector")
     kernels = {o["output"]: o["kernel"] for o in data["runs"]["fp16_io"]["outputs"]}
     assert kernels == {"ya": "fusion_groupnorm_reg_f16_v8_k80", "yb": "fusion_groupnorm_wide_f16_v8_k48",
-                       "yc": "fusion_groupnorm_wide_f16_v8_k48", "yd": "fusion_groupnorm_cluster_f16_v8_k80_c8"}  # fmt: skip
+                       "yc": "fusion_groupnorm_wide_f16_v8_k48", "yd": "fusion_groupnorm_stream_f16_v8"}  # fmt: skip
 
 
 def test_collect_needs_both_reports(tmp_path):

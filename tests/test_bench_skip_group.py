@@ -310,14 +310,14 @@ def test_the_sweep_skips_groups_the_vector_packs_cannot_hold():
         "_k8", "k16", "k32", "k48", "k64", "k80"]  # fmt: skip
 
 
-def test_the_sweep_times_the_wide_and_cluster_launches_past_the_registers():
+def test_the_sweep_times_the_wide_and_stream_launches_past_the_registers():
     h100 = (132, 232448)
     fp16 = bsg.sweep_configs(bsg.GroupCase("float16", 8, 320, 128, 128, 32, False), h100)  # 163840: both wide kernels
     assert fp16 == [("fusion_groupnorm_wide_f16_v8_k48", 132, 1024), ("fusion_groupnorm_wide_f16_v8_k64", 132, 1024),
-                    ("fusion_groupnorm_cluster_f16_v8_k80_c8", 2048, 256)]  # fmt: skip
+                    ("fusion_groupnorm_stream_f16_v8", 1188, 128)]  # fmt: skip
     fp32 = bsg.sweep_configs(bsg.GroupCase("float32", 8, 320, 128, 128, 32, False), h100)  # a 384 KB tail
-    assert fp32 == [("fusion_groupnorm_cluster_f32_v4_k40_c8", 2048, 512)]
+    assert fp32 == [("fusion_groupnorm_stream_f32_v4", 1320, 128)]
     assert bsg.sweep_configs(bsg.GroupCase("float32", 8, 320, 128, 128, 32, False)) == []  # no device extras
     fp32 = bsg.sweep_configs(bsg.GroupCase("float32", 8, 640, 64, 64, 32, False), h100)  # 81920: both wide kernels
     assert fp32 == [("fusion_groupnorm_wide_f32_v4_k24", 132, 1024), ("fusion_groupnorm_wide_f32_v4_k32", 132, 1024),
-                    ("fusion_groupnorm_cluster_f32_v4_k40_c8", 2048, 256)]  # fmt: skip
+                    ("fusion_groupnorm_stream_f32_v4", 1320, 128)]  # fmt: skip

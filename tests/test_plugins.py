@@ -216,7 +216,8 @@ def test_python_groupnorm_policy_matches_library(built):
                     for device in DEVICES:
                         want = pl.library_groupnorm_plan(built, dtype, rows, cols, vec, *device)
                         plan = pl.groupnorm_plan(dtype, rows, cols, vec, *device)
-                        got = (*plan, pl.groupnorm_smem(plan[0], dtype, cols, plan[2]))
+                        got = (*plan, pl.groupnorm_smem(plan[0], dtype, cols, plan[2]),
+                               pl.groupnorm_workspace(plan[0], rows, cols))
                         assert got == want, (dtype, rows, cols, vec, device)
 
 
@@ -290,16 +291,21 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float16", 1, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 32, 1024)
     assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
     assert cfg("float32", 8, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 8, 1024)
-    # Past the wide path (sm_90+): a cluster of 8 CTAs, the grid counting CTAs (SDXL's 320x128x128
-    # in fp32, a 384 KB tail), up to 8 x 1024 x K; else the loop.
-    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 512, 512)
-    assert cfg("float32", 1, 1, 1, 327680, True, *h100) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 8, 1024)
-    assert cfg("float32", 1, 1, 1, 327684, True, *h100)[0] == "fusion_groupnorm_loop_f32_v4"
-    assert cfg("float16", 1, 8, 1, 256 * 256, True, *h100) == ("fusion_groupnorm_cluster_f16_v8_k80_c8", 8, 832)
-    assert cfg("float32", 2, 320, 32, 128 * 128, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"  # no clusters
-    # (an sm_90 device with less shared memory: clusters where the wide tail does not fit)
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, 132, 101376) == ("fusion_groupnorm_cluster_f32_v4_k40_c8", 2048,
-                                                                       256)  # fmt: skip
+    # Past the wide path (sm_90+): the stream path, chunks of 512 packs on 10 (fp32) / 9 (fp16)
+    # CTAs of 128 threads an SM, at most one a chunk (SDXL's 320x128x128 in fp32, a 384 KB tail:
+    # 80 chunks a group), a 64-bit partial a chunk of workspace; without sm_90, the loop.
+    stream32, stream16 = "fusion_groupnorm_stream_f32_v4", "fusion_groupnorm_stream_f16_v8"
+    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == (stream32, 1320, 128)
+    assert pl.groupnorm_workspace(stream32, 64, 128 * 128 * 10) == 64 * 80 * 8
+    assert pl.groupnorm_smem(stream32, "float32", 163840, 128) == 16384
+    assert cfg("float32", 1, 1, 1, 327680, True, *h100) == (stream32, 160, 128)
+    assert cfg("float32", 1, 1, 1, 327684, True, *h100) == (stream32, 161, 128)  # a last chunk of 1 pack
+    assert cfg("float16", 1, 8, 1, 256 * 256, True, *h100) == (stream16, 128, 128)
+    assert cfg("float16", 16, 8, 1, 256 * 256, True, *h100) == (stream16, 1188, 128)
+    assert pl.groupnorm_workspace("fusion_groupnorm_wide_f32_v4_k32", 64, 81920) == 0
+    assert cfg("float32", 2, 320, 32, 128 * 128, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"
+    # (an sm_90 device with less shared memory: the stream path where the wide tail does not fit)
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, 132, 101376) == (stream32, 1320, 128)
     assert cfg("float32", 8, 640, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"  # scalar packs
     assert pl.groupnorm_smem("fusion_groupnorm_staged_f32_v4_k40", "float32", 40960) == 163840
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k32", "float32", 81920) == 196608
@@ -329,9 +335,8 @@ def _groupnorm_instantiations() -> set[str]:
         listed = body(f"FUSION_GROUPNORM_{kind.upper()}_KERNELS")
         names |= {f"fusion_groupnorm_{kind}_{tn}_v{vec}_k{k}"
                   for tn, vec, k in re.findall(rf"{x}\((\w+), \w+, (\d+), (\d+)(?:, \w+)?\)", listed)}  # fmt: skip
-    listed = body("FUSION_GROUPNORM_CLUSTER_KERNELS")
-    names |= {f"fusion_groupnorm_cluster_{tn}_v{vec}_k{k}_c{cl}"
-              for tn, vec, k, cl in re.findall(r"XC\((\w+), \w+, (\d+), (\d+), (\d+)\)", listed)}  # fmt: skip
+    listed = body("FUSION_GROUPNORM_STREAM_KERNELS")
+    names |= {f"fusion_groupnorm_stream_{tn}_v{vec}" for tn, vec in re.findall(r"XS\((\w+), \w+, (\d+)\)", listed)}
     return names
 
 

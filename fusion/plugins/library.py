@@ -824,13 +824,10 @@ def kernel_code(name: str) -> str:
 
 
 def load_kernel_module(name: str) -> Any:
-    """``cupy.RawModule`` of one kernel file (``kernel_sources()`` keys); needs CuPy and a GPU.
-    On sm_90+ the GroupNorm cluster kernels carry their cluster size (CuPy launches without one)."""
+    """``cupy.RawModule`` of one kernel file (``kernel_sources()`` keys); needs CuPy and a GPU."""
     import cupy  # noqa: PLC0415 - optional dependency
 
-    sm90 = int(cupy.cuda.Device().compute_capability) >= 90
-    static = ("-DFUSION_GROUPNORM_STATIC_CLUSTERS",) if sm90 else ()
-    return cupy.RawModule(code=kernel_code(name), options=kernel_compile_options() + static)
+    return cupy.RawModule(code=kernel_code(name), options=kernel_compile_options())
 
 
 def launch_norm(
@@ -912,8 +909,12 @@ GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 # head first), in the launcher's order of preference.
 GROUPNORM_WIDE = ((4, 24, True), (4, 32, False), (8, 48, True), (8, 64, False))
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
-GROUPNORM_CLUSTER_KS = {4: 40, 8: 80}  # the cluster kernels' K per pack width
-GROUPNORM_CLUSTER = 8  # their CTAs a group (sm_90+)
+# The stream path (sm_90+, groups past the wide path): 128-thread CTAs, this many an SM per pack
+# width, chunks of 4 packs a thread, a partial polled this often before its CTA computes it.
+GROUPNORM_STREAM_THREADS = 128
+GROUPNORM_STREAM_CTAS = {4: 10, 8: 9}
+GROUPNORM_STREAM_PACKS = 4
+GROUPNORM_STREAM_PATIENCE = 64
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
 GROUPNORM_KS = {4: (4, 8, 16, 24, 32, 40), 8: (8, 16, 32, 48, 64, 80), 1: (8, 16, 24)}
 
@@ -933,28 +934,40 @@ def groupnorm_wide_kernel(dtype: str, vec: int, k: int) -> str:
     return f"fusion_groupnorm_wide_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}"
 
 
-def groupnorm_cluster_kernel(dtype: str, vec: int, k: int, cluster: int) -> str:
-    """The kernel spreading a group over ``cluster`` CTAs of K elements a thread (groupNormKernels.cuh)."""
-    return f"fusion_groupnorm_cluster_{GROUPNORM_DTYPES[dtype]}_v{vec}_k{k}_c{cluster}"
+def groupnorm_stream_kernel(dtype: str, vec: int) -> str:
+    """The stream kernel's name (groupNormKernels.cuh)."""
+    return f"fusion_groupnorm_stream_{GROUPNORM_DTYPES[dtype]}_v{vec}"
 
 
-def groupnorm_cluster_launch(dtype: str, vec: int, rows: int, cols: int) -> tuple[str, int, int] | None:
-    """(name, grid in CTAs, block) of the cluster launch for ``rows`` groups of ``cols`` elements,
-    rows going to clusters, grid-strided; None where its CTAs cannot hold a group in 1024 threads."""
-    k, cl = GROUPNORM_CLUSTER_KS.get(vec), GROUPNORM_CLUSTER
-    if k is None:
+def groupnorm_stream_chunks(vec: int, cols: int) -> int:
+    """A group's chunks on the stream path."""
+    return _ceil_div(cols // vec, GROUPNORM_STREAM_PACKS * GROUPNORM_STREAM_THREADS)
+
+
+def groupnorm_stream_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int) -> tuple[str, int, int] | None:
+    """(name, grid, block) of the stream launch for ``rows`` groups of ``cols`` elements: the
+    chunks on GROUPNORM_STREAM_CTAS CTAs an SM (at most one a chunk); None without ``stage_sms``
+    or past its int chunk count."""
+    chunks = groupnorm_stream_chunks(vec, cols)
+    if stage_sms <= 0 or vec not in GROUPNORM_STREAM_CTAS or cols > _INT_MAX or rows > _INT_MAX // chunks:
         return None
-    block = _ceil_div(_ceil_div(_ceil_div(cols // vec, cl), k // vec), 32) * 32
-    if block > GROUPNORM_THREADS:
-        return None
-    return groupnorm_cluster_kernel(dtype, vec, k, cl), min(rows, _INT_MAX // cl) * cl, block
+    grid = min(rows * chunks, stage_sms * GROUPNORM_STREAM_CTAS[vec])
+    return groupnorm_stream_kernel(dtype, vec), grid, GROUPNORM_STREAM_THREADS
+
+
+def groupnorm_workspace(name: str, rows: int, cols: int) -> int:
+    """Workspace bytes of a GroupNorm launch: a 64-bit partial a chunk (stream kernels), else 0."""
+    m = re.search(r"_stream_\w+_v(\d+)$", name)
+    return rows * groupnorm_stream_chunks(int(m.group(1)), cols) * 8 if m else 0
 
 
 def groupnorm_smem(name: str, dtype: str, cols: int, block: int = GROUPNORM_THREADS) -> int:
     """Dynamic shared memory bytes of a GroupNorm launch: a group (staged kernels), a group's
-    tail past the registers of ``block`` threads (wide kernels), else 0."""
+    tail past the registers of ``block`` threads (wide kernels), two chunks (stream kernels), else 0."""
     if "_staged_" in name:
         return cols * _ELEM_BYTES[dtype]
+    if "_stream_" in name:
+        return 2 * GROUPNORM_STREAM_PACKS * GROUPNORM_STREAM_THREADS * 16
     m = re.search(r"_wide_\w+_v(\d+)_k(\d+)$", name)
     if m is None:
         return 0
@@ -1008,9 +1021,9 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     the register path with the smallest K whose CTA has at most 256 threads, else the largest K
     that fits 1024 threads; a group past that, with 16-byte packs, the wide path where its tail
     fits ``smem_optin`` (the device's opt-in shared memory per CTA, less GROUPNORM_STATIC_SMEM),
-    else a cluster of 8 CTAs where ``stage_sms`` and they hold it (the grid then counts CTAs);
-    else the loop path.  A register-path CTA over 512 threads fills an SM: with ``stage_sms``
-    (the device's SM count where it runs the staged and cluster kernels, sm_90+) and the group
+    else the stream path where ``stage_sms`` (groupnorm_stream_launch; groupnorm_workspace gives
+    its workspace); else the loop path.  A register-path CTA over 512 threads fills an SM: with ``stage_sms``
+    (the device's SM count where it runs the staged and stream kernels, sm_90+) and the group
     within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs; fp16 takes
     groupnorm_pair_launch there.  The wide path runs on min(rows, stage_sms) CTAs where
     ``stage_sms``.  ``groupnorm_smem`` gives the launch's shared memory."""
@@ -1024,8 +1037,8 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     if not fits:
         if vec > 1:
             launch = groupnorm_wide_launch(dtype, vec, rows, cols, stage_sms, smem_optin)
-            if launch is None and stage_sms > 0:
-                launch = groupnorm_cluster_launch(dtype, vec, rows, cols)
+            if launch is None:
+                launch = groupnorm_stream_launch(dtype, vec, rows, cols, stage_sms)
             if launch:
                 return launch
         return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
@@ -1052,7 +1065,7 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
     ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
     its staged launch where there is one, the fp16 pair launch where a CTA would fill an SM
     (groupnorm_pair_launch), and where no K holds the group the wide launches and
-    the cluster launch (sm_90+), where they fit (the device as in groupnorm_plan; the policy
+    the stream launch (sm_90+), where they fit (the device as in groupnorm_plan; the policy
     picks one, the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
@@ -1070,8 +1083,8 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
         pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
         return out + [pair] if pair else out
     wide = groupnorm_wide_launches(dtype, vec, rows, cols, stage_sms, smem_optin)
-    cluster = groupnorm_cluster_launch(dtype, vec, rows, cols) if stage_sms > 0 else None
-    return wide + [cluster] if cluster else wide
+    stream = groupnorm_stream_launch(dtype, vec, rows, cols, stage_sms)
+    return wide + [stream] if stream else wide
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int, vec_ok: bool = True,
@@ -1095,20 +1108,42 @@ def device_groupnorm_limits() -> tuple[int, int]:
     return sms, int(attrs["MaxSharedMemoryPerBlockOptin"])
 
 
+_WORKSPACES: dict[tuple[int, int], Any] = {}  # (device, bytes) -> the stream launches' cupy buffer
+
+
+def _groupnorm_workspace_buffer(nbytes: int) -> Any:
+    """A device buffer of at least ``nbytes`` for the current device, kept for later launches (a
+    CUDA graph replays the pointer it captured)."""
+    import cupy  # noqa: PLC0415
+
+    key = (cupy.cuda.Device().id, max(nbytes, 1 << 20).bit_length())
+    if key not in _WORKSPACES:
+        _WORKSPACES[key] = cupy.empty(1 << key[1], dtype=cupy.uint8)
+    return _WORKSPACES[key]
+
+
 def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: int, n: int, channels: int,
-                     groups: int, spatial: int, eps: float, silu: bool,
-                     config: tuple[str, int, int] | None = None) -> str:  # fmt: skip
+                     groups: int, spatial: int, eps: float, silu: bool, config: tuple[str, int, int] | None = None,
+                     patience: int = GROUPNORM_STREAM_PATIENCE) -> str:  # fmt: skip
     """Launch the GroupNorm kernel as the plugin does, on raw device pointers (CuPy's current stream);
     ``config`` (kernel name, grid, block) overrides the policy's choice (the benchmark's sweep).
-    Returns the kernel's name."""
+    The stream kernels get their workspace (filled with 0xFF first, as the plugin does) and
+    ``patience`` (polls before a CTA computes a missing partial itself).  Returns the kernel's name."""
+    import cupy  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
     aligned = x % 16 == 0 and y % 16 == 0
-    cols = channels // groups * spatial
+    rows, cols = n * groups, channels // groups * spatial
     name, grid, block = config or groupnorm_launch_config(
         dtype, n, channels, groups, spatial, aligned, *device_groupnorm_limits())
-    args = (x, gamma, beta, y, np.int64(n * groups), np.int32(channels), np.int32(groups), np.int64(spatial),
+    args = (x, gamma, beta, y, np.int64(rows), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
+    workspace = groupnorm_workspace(name, rows, cols)
+    if workspace:
+        buf = _groupnorm_workspace_buffer(workspace)
+        stream = cupy.cuda.get_current_stream()
+        cupy.cuda.runtime.memsetAsync(buf.data.ptr, 0xFF, workspace, stream.ptr)
+        args += (buf.data.ptr, np.int32(patience))
     fn = module.get_function(name)
     smem = groupnorm_smem(name, dtype, cols, block)
     if smem > fn.max_dynamic_shared_size_bytes:
@@ -1118,19 +1153,19 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
 
 
 def library_groupnorm_plan(lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,
-                           smem_optin: int = 0) -> tuple[str, int, int, int] | None:  # fmt: skip
-    """The GroupNorm launch (name, grid, block, shared memory bytes) the built library would make
-    (its exported ``fusion_groupnorm_plan``); no GPU needed."""
+                           smem_optin: int = 0) -> tuple[str, int, int, int, int] | None:  # fmt: skip
+    """The GroupNorm launch (name, grid, block, shared memory bytes, workspace bytes) the built
+    library would make (its exported ``fusion_groupnorm_plan``); no GPU needed."""
     fn = ctypes.CDLL(str(lib)).fusion_groupnorm_plan
     c = ctypes
     fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_int, c.c_int, c.c_char_p, c.c_int,
-                   c.POINTER(c.c_longlong), c.POINTER(c.c_int), c.POINTER(c.c_int)]  # fmt: skip
+                   c.POINTER(c.c_longlong), c.POINTER(c.c_int), c.POINTER(c.c_int), c.POINTER(c.c_longlong)]  # fmt: skip
     fn.restype = c.c_int
     name = c.create_string_buffer(64)
-    grid, block, smem = c.c_longlong(), c.c_int(), c.c_int()
+    grid, block, smem, workspace = c.c_longlong(), c.c_int(), c.c_int(), c.c_longlong()
     rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), stage_sms, smem_optin, name, 64, c.byref(grid),
-            c.byref(block), c.byref(smem))  # fmt: skip
-    return None if rc != 0 else (name.value.decode(), grid.value, block.value, smem.value)
+            c.byref(block), c.byref(smem), c.byref(workspace))  # fmt: skip
+    return None if rc != 0 else (name.value.decode(), grid.value, block.value, smem.value, workspace.value)
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

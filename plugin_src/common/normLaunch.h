@@ -27,10 +27,10 @@ struct NormPlan
     char name[64];
     int64_t grid;
     int32_t block;
-    int32_t smem;    // dynamic shared memory bytes (0 but for staged and wide GroupNorm kernels)
-    int32_t cluster; // CTAs per cluster where above 1 (GroupNorm's cluster kernels; grid counts CTAs)
-    int32_t minPtx;  // the PTX version below which the kernel was compiled empty (90: GroupNorm's
-                     // staged and cluster kernels), else 0
+    int32_t smem;      // dynamic shared memory bytes (0 but for GroupNorm's staged, wide and stream kernels)
+    int32_t minPtx;    // the PTX version below which the kernel was compiled empty (90: GroupNorm's
+                       // staged kernels), else 0
+    int64_t workspace; // bytes of workspace the launch needs (GroupNorm's stream kernels), else 0
 };
 
 // Kernel, grid and block for rows x cols.  vecOk: x, y, g, b are all 16-byte aligned.

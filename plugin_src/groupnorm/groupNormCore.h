@@ -25,8 +25,11 @@ struct GroupNormConfig
     // X is [N, C, ...] (rank >= 2) with num_groups dividing C, Scale and B hold C elements
     // (dims still unknown (-1) at build time pass).
     bool checkShapes(nvinfer1::Dims const* dims, int32_t nbInputs) const noexcept;
+    // The workspace for X of these dims (the profile's largest) and type: the stream kernels'
+    // partials where its groups take that path, else 0.
+    size_t workspaceSize(nvinfer1::Dims const& x, nvinfer1::DataType type) const noexcept;
     int32_t enqueue(nvinfer1::PluginTensorDesc const& descX, void const* const* inputs, void* const* outputs,
-        cudaStream_t stream) const noexcept;
+        void* workspace, cudaStream_t stream) const noexcept;
     void writeFields(FieldWriter& w);
 };
 

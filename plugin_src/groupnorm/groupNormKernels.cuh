@@ -25,21 +25,15 @@
 //            writes this one (cp.async); statistics in one pass.  fp16 also takes it, in
 //            512-thread CTAs two an SM (one a group), for groups whose register-path CTA
 //            would fill the SM.
-//   cluster - reg with a group spread over a cluster of CL CTAs (sm_90+, VEC packs), for groups
-//            past the wide path: x still read once; the CTAs add their sums through
-//            distributed shared memory.
+//   stream - groups past the wide path (sm_90+, VEC packs, a workspace): chunks of a group on
+//            many CTAs, each chunk's mean and M2 through global memory, the chunk held in shared
+//            memory meanwhile; x still read once.
 //   loop   - any cols: three passes over the group (mean, squared deviations, normalize), in
 //            VEC packs or scalars; passes 2 and 3 re-read it (from L2 where it fits).
 #pragma once
 
 #include "common/bulkCopy.cuh"
 #include "common/normKernels.cuh"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FUSION_GROUPNORM_HAS_CLUSTERS 1
-#else
-#define FUSION_GROUPNORM_HAS_CLUSTERS 0
-#endif
 
 namespace fusion_kernels
 {
@@ -195,109 +189,22 @@ __device__ __forceinline__ unsigned packWord(P const& p)
     return *reinterpret_cast<unsigned const*>(&p); // (packs are 16-byte aligned)
 }
 
-// A cluster's sums (CL > 1, sm_90+): CTA r's thread p sends the CTA's total to CTA p's slot r
-// with st.async, which completes on CTA p's mbarrier.  No CTA waits at a cluster barrier, whose
-// release is a MEMBAR.GPU: it held every sum until the CTA's stores had drained (measured,
-// fp32 8 x 320 x 128 x 128: 0.80 -> 0.83 of the copy, with SiLU 0.77 -> 0.82).  Sums alternate
-// between k = 0 and 1, so a slot is written again only after its reader has sent the next sum,
-// which the writer waits for; each barrier is armed for its next phase as soon as a phase
-// completes, before this CTA sends the sum a peer must see to send again.
-template <int CL>
-struct ClusterSums
-{
-    float slot[2][CL];         // slot[k][r]: CTA r's total of sum k
-    unsigned long long got[2]; // phase completes when the CL totals of sum k have landed
-};
-
-template <int CL>
-__device__ __forceinline__ void armClusterSum(ClusterSums<CL>& sums, int k)
-{
-    asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cta.b64 _, [%0], %1;" ::"r"(
-                     sharedAddress(&sums.got[k])),
-        "r"(static_cast<unsigned>(CL * sizeof(float)))
-        : "memory");
-}
-
-// Once per CTA, before any sum: the barriers are armed before any peer sends to them.
-template <int CL>
-__device__ __forceinline__ void clusterSumsInit(ClusterSums<CL>& sums)
-{
-#if FUSION_GROUPNORM_HAS_CLUSTERS
-    if (threadIdx.x == 0)
-    {
-        mbarrierInit(&sums.got[0], 1);
-        mbarrierInit(&sums.got[1], 1);
-        armClusterSum(sums, 0);
-        armClusterSum(sums, 1);
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
-// The sum of v over the CTA (CL == 1) or over the CL CTAs of its cluster, added in rank order
-// everywhere, so the cluster's CTAs agree bit for bit.  parity: the row's, for sum k's barrier.
-template <int CL>
-__device__ __forceinline__ float groupSum(float v, float* buf, ClusterSums<CL>& sums, int k, unsigned parity)
-{
-    float const mine = blockSum(v, buf);
-    if constexpr (CL == 1)
-    {
-        return mine;
-    }
-    else
-    {
-#if FUSION_GROUPNORM_HAS_CLUSTERS
-        if (threadIdx.x < CL)
-        {
-            unsigned const slot = sharedAddress(&sums.slot[k][blockIdx.x % CL]);
-            unsigned const bar = sharedAddress(&sums.got[k]);
-            unsigned remoteSlot = 0;
-            unsigned remoteBar = 0;
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remoteSlot) : "r"(slot), "r"(threadIdx.x));
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remoteBar) : "r"(bar), "r"(threadIdx.x));
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remoteSlot),
-                "r"(__float_as_uint(mine)), "r"(remoteBar)
-                : "memory");
-        }
-        mbarrierWait<true>(&sums.got[k], parity);
-        if (threadIdx.x == 0)
-        {
-            armClusterSum(sums, k);
-        }
-        float total = 0.F;
-#pragma unroll
-        for (int r = 0; r < CL; ++r)
-        {
-            total += sums.slot[k][r];
-        }
-        return total;
-#else
-        __trap(); // the launcher runs cluster kernels only from sm_90+ builds
-        return mine;
-#endif
-    }
-}
-
-// The group of each row cached in registers: K elements (K / VEC packs) per thread, spread
-// over a cluster of CL CTAs (CL == 1: one CTA).  Rows go to clusters, grid-strided; CTA rank r
-// of a cluster holds packs r * blockDim + tid + i * CL * blockDim.
-template <typename T, int VEC, int K, bool STAGED = false, int CL = 1>
+// The group of each row cached in registers: K elements (K / VEC packs) per thread, rows
+// grid-strided; thread tid holds packs tid + i * blockDim.
+template <typename T, int VEC, int K, bool STAGED = false>
 __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial, float eps,
     int silu)
 {
     static_assert(K % VEC == 0, "K must be a multiple of VEC");
-    static_assert(!(STAGED && CL > 1), "staging is for single CTAs");
     constexpr int N = K / VEC;
     using P = Pack<T, VEC>;
     __shared__ float buf[2][32];
-    __shared__ ClusterSums<CL> sums; // (CL > 1)
     int const perGroup = channels / groups;
-    int const cols = perGroup * spatial; // <= CL * 1024 * K: the launcher checks
+    int const cols = perGroup * spatial; // <= 1024 * K: the launcher checks
     int const nv = cols / VEC;
-    int const tid = static_cast<int>(blockIdx.x % CL) * blockDim.x + threadIdx.x;
-    int const step = CL * blockDim.x;
+    int const tid = threadIdx.x;
+    int const step = blockDim.x;
     unsigned const uspatial = static_cast<unsigned>(spatial);
     // Packs tid, tid + step, ... below nv are this thread's: the first `mine` of its N slots.
     // (One bound instead of N index compares keeps the predicates out of the register budget.)
@@ -319,12 +226,8 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
         }
         __syncthreads();
     }
-    if constexpr (CL > 1)
-    {
-        clusterSumsInit(sums);
-    }
-    unsigned parity = 0; // the row's: its staged bytes' phase, or its cluster sums'
-    for (long long row = blockIdx.x / CL; row < rows; row += gridDim.x / CL)
+    unsigned parity = 0; // the row's staged bytes' phase
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x)
     {
         P const* xr = reinterpret_cast<P const*>(x + row * cols);
         P* yr = reinterpret_cast<P*>(y + row * cols);
@@ -366,11 +269,7 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
         // Valid packs are i < mine: (first, step, nv) = (0, 1, mine) in cachedStats' terms.
         RowStats const s = cachedStats<T, VEC, N, false>(
             cache, pivot, 0, 1, mine, cols, eps,
-            [&](float v, int k) { return groupSum<CL>(v, buf[k], sums, k, parity); });
-        if constexpr (CL > 1)
-        {
-            parity ^= 1U;
-        }
+            [&](float v, int k) { return blockSum(v, buf[k]); });
 #pragma unroll
         for (int i = 0; i < N; ++i)
         {
@@ -381,10 +280,9 @@ __device__ __forceinline__ void groupNormRegRows(T const* __restrict__ x, T cons
                     beta + firstChannel, uspatial, packChannel, silu);
             }
         }
-        if constexpr (!STAGED && CL == 1)
+        if constexpr (!STAGED)
         {
-            // buf is rewritten by the next row (STAGED: after the next row's barrier; CL > 1:
-            // after this row's second sum's barrier, passed after reading the first's buf)
+            // buf is rewritten by the next row (STAGED: after the next row's barrier)
             __syncthreads();
         }
     }
@@ -480,6 +378,353 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     }
 }
 
+// The stream path's shape: CTAs of STREAM_THREADS, STREAM_CTAS(VEC) of them an SM (its launch
+// bounds: 48 / 56 registers; fp16 spills 148 bytes at 48), each chunk STREAM_PACKS packs a
+// thread (8 KB of fp32 or fp16); the launcher gives each chunk a 64-bit word of workspace.  A
+// CTA polls a missing partial STREAM_PATIENCE times before computing it itself.
+#define FUSION_GROUPNORM_STREAM_THREADS 128
+#define FUSION_GROUPNORM_STREAM_CTAS(VEC) ((VEC) == 4 ? 10 : 9)
+#define FUSION_GROUPNORM_STREAM_PACKS 4
+#define FUSION_GROUPNORM_STREAM_PATIENCE 64
+
+// A chunk's (mean, M2) as one 64-bit word: one relaxed store, so a reader sees both or neither.
+// Unwritten words are all ones (the launcher fills the workspace with 0xFF); a mean with all
+// bits set (a NaN) is stored as another NaN.
+constexpr unsigned long long kNoMoments = ~0ULL;
+
+__device__ __forceinline__ void storeMoments(unsigned long long* slot, float mean, float m2)
+{
+    unsigned const lo = __float_as_uint(mean);
+    unsigned long long const v
+        = (static_cast<unsigned long long>(__float_as_uint(m2)) << 32) | (lo == ~0U ? 0x7FFFFFFFU : lo);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slot), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long loadMoments(unsigned long long const* slot)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(slot) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float momentsMean(unsigned long long v)
+{
+    return __uint_as_float(static_cast<unsigned>(v));
+}
+
+__device__ __forceinline__ float momentsM2(unsigned long long v)
+{
+    return __uint_as_float(static_cast<unsigned>(v >> 32));
+}
+
+// A chunk's packs [start, end) of its row: thread tid's are start + tid + j * blockDim, pack(j)
+// gives them.  Two passes, as cachedStats: the mean of deviations from x0 (the chunk's first
+// element), then the squared deviations from the mean.  The owner and a CTA that computes a
+// missing chunk run this same arithmetic, so they write the same bits.
+template <typename T, int VEC, int KP, typename PackAt>
+__device__ __forceinline__ float2 chunkMoments(PackAt pack, int start, int end, float x0, float (*buf)[32])
+{
+    int const first = start + static_cast<int>(threadIdx.x);
+    float acc = 0.F;
+#pragma unroll
+    for (int j = 0; j < KP; ++j)
+    {
+        if (first + j * static_cast<int>(blockDim.x) < end)
+        {
+            acc += packSum(pack(j), x0);
+        }
+    }
+    float const mean = x0 + blockSum(acc, buf[0]) / static_cast<float>((end - start) * VEC);
+    float sq = 0.F;
+#pragma unroll
+    for (int j = 0; j < KP; ++j)
+    {
+        if (first + j * static_cast<int>(blockDim.x) < end)
+        {
+            sq += packSquares(pack(j), mean, 0.F);
+        }
+    }
+    return make_float2(mean, blockSum(sq, buf[1]));
+}
+
+// Warp 0: whether all `chunks` partials of a group are written, polling up to `patience` more
+// times.  pv holds lane + 32 r's, read ahead by the caller (later ones are read here).
+template <int MS>
+__device__ __forceinline__ bool pollMoments(
+    unsigned long long (&pv)[MS], unsigned long long const* parts, int chunks, int patience)
+{
+    int const lane = threadIdx.x & 31;
+    for (int tries = 0;; ++tries)
+    {
+        bool ok = true;
+#pragma unroll
+        for (int r = 0; r < MS; ++r)
+        {
+            ok = ok && (lane + 32 * r >= chunks || pv[r] != kNoMoments);
+        }
+        for (int i = lane + 32 * MS; i < chunks; i += 32)
+        {
+            ok = ok && loadMoments(parts + i) != kNoMoments;
+        }
+        if (__all_sync(0xFFFFFFFFU, ok))
+        {
+            return true;
+        }
+        if (tries >= patience)
+        {
+            return false;
+        }
+        __nanosleep(64);
+#pragma unroll
+        for (int r = 0; r < MS; ++r)
+        {
+            pv[r] = lane + 32 * r < chunks ? loadMoments(parts + lane + 32 * r) : kNoMoments;
+        }
+    }
+}
+
+// Warp 0: the group's statistics from its chunks' partials (Chan's merge about chunk 0's mean:
+// shift = sum n_i (m_i - p) / cols, M2 = sum M2_i + n_i (m_i - p - shift)^2), in the same order
+// in every CTA, so every chunk of a group is written with the same statistics.
+template <int MS>
+__device__ __forceinline__ RowStats mergeMoments(unsigned long long const (&pv)[MS],
+    unsigned long long const* parts, int chunks, long long chunkElems, long long cols, float eps)
+{
+    int const lane = threadIdx.x & 31;
+    auto count = [&](int i) { return static_cast<float>(min(chunkElems, cols - i * chunkElems)); };
+    float const pivot = __shfl_sync(0xFFFFFFFFU, momentsMean(pv[0]), 0);
+    float a = 0.F;
+#pragma unroll
+    for (int r = 0; r < MS; ++r)
+    {
+        if (lane + 32 * r < chunks)
+        {
+            a += count(lane + 32 * r) * (momentsMean(pv[r]) - pivot);
+        }
+    }
+    for (int i = lane + 32 * MS; i < chunks; i += 32)
+    {
+        a += count(i) * (momentsMean(loadMoments(parts + i)) - pivot);
+    }
+    float const shift = warpSum(a) / static_cast<float>(cols);
+    float q = 0.F;
+#pragma unroll
+    for (int r = 0; r < MS; ++r)
+    {
+        if (lane + 32 * r < chunks)
+        {
+            float const d = (momentsMean(pv[r]) - pivot) - shift;
+            q += momentsM2(pv[r]) + count(lane + 32 * r) * d * d;
+        }
+    }
+    for (int i = lane + 32 * MS; i < chunks; i += 32)
+    {
+        unsigned long long const v = loadMoments(parts + i);
+        float const d = (momentsMean(v) - pivot) - shift;
+        q += momentsM2(v) + count(i) * d * d;
+    }
+    float const var = fmaxf(warpSum(q) / static_cast<float>(cols), 0.F);
+    return RowStats{pivot, shift, rsqrtf(var + eps)};
+}
+
+// A CTA's rare path: the partials of row x's chunks still unwritten, computed here with their
+// owners' arithmetic.
+template <typename T, int VEC, int KP>
+__device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chunks, unsigned long long* parts,
+    float (*buf)[32], int* gap)
+{
+    using P = Pack<T, VEC>;
+    int const chunkPacks = KP * static_cast<int>(blockDim.x);
+    for (int i = 0; i < chunks; ++i)
+    {
+        if (threadIdx.x == 0)
+        {
+            *gap = loadMoments(parts + i) == kNoMoments;
+        }
+        __syncthreads();
+        if (*gap)
+        {
+            int const start = i * chunkPacks;
+            int const end = min(rowPacks, start + chunkPacks);
+            P const* xr = reinterpret_cast<P const*>(x) + start + threadIdx.x;
+            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return xr[j * static_cast<int>(blockDim.x)]; },
+                start, end, toFloat(x[static_cast<long long>(start) * VEC]), buf);
+            if (threadIdx.x == 0)
+            {
+                storeMoments(parts + i, m.x, m.y);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Groups past the wide path (the "stream" path): each group is cut into chunks of KP packs a
+// thread, which the CTAs take in turn (chunk t at the CTA's step t / gridDim).  A step (A)
+// reduces the CTA's chunk from registers to its (mean, M2), published to partials[t], and moves
+// the packs to shared memory, each thread its own; the next chunk's loads are issued; then (B)
+// the previous step's chunk is written: warp 0 merges its group's partials, and the CTA writes y
+// from shared memory.  So x is read once, from HBM, and every SM reads and writes all the time,
+// like a copy; the partials B needs were published a step earlier, and warp 0 asks for them at
+// the step's top.  No CTA depends on another being resident (a concurrent kernel may hold the
+// SMs): a partial still missing after `patience` polls is computed by the waiting CTA itself from
+// x, with the owner's arithmetic, so it writes the same bits.  Measured against the policy of
+// the time (the sweep's ab_stream, same call): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the
+// copy (a cluster of 8 before), with SiLU 0.82 -> 0.92; 2-4 CTAs an SM, 16-32 KB chunks and the
+// chunk re-read from L2 instead of held were 0.2-0.86.
+template <typename T, int VEC>
+__device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T const* __restrict__ gamma,
+    T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial,
+    float eps, int silu, unsigned long long* __restrict__ partials, int patience)
+{
+    constexpr int KP = FUSION_GROUPNORM_STREAM_PACKS;
+    constexpr int MS = 3; // partials warp 0's lanes read ahead: groups of <= 96 chunks
+    using P = Pack<T, VEC>;
+    extern __shared__ __align__(16) unsigned char streamStash[]; // [2][KP * blockDim] packs
+    __shared__ float buf[2][32];
+    __shared__ float4 stat[2];
+    __shared__ int helping;
+    __shared__ int gap;
+    P* const stash = reinterpret_cast<P*>(streamStash);
+    int const perGroup = channels / groups;
+    long long const cols = static_cast<long long>(perGroup) * spatial;
+    int const rowPacks = static_cast<int>(cols / VEC);
+    int const chunkPacks = KP * static_cast<int>(blockDim.x);
+    int const chunks = (rowPacks + chunkPacks - 1) / chunkPacks; // a row's
+    int const total = static_cast<int>(rows) * chunks; // < 2^31: the launcher checks
+    int const grid = gridDim.x;
+    int const tid = threadIdx.x;
+    bool const packChannel = spatial % VEC == 0;
+    auto bounds = [&](int t, int& row, int& start, int& end) {
+        row = t / chunks;
+        start = static_cast<int>(t - row * chunks) * chunkPacks;
+        end = min(rowPacks, start + chunkPacks);
+    };
+
+    P cache[KP];
+    float x0 = 0.F;
+    auto load = [&](int t) {
+        if (t < total)
+        {
+            int row;
+            int start, end;
+            bounds(t, row, start, end);
+            T const* xr = x + row * cols + static_cast<long long>(start) * VEC;
+#pragma unroll
+            for (int j = 0; j < KP; ++j)
+            {
+                int const p = tid + j * static_cast<int>(blockDim.x);
+                if (start + p < end)
+                {
+                    cache[j] = reinterpret_cast<P const*>(xr)[p];
+                }
+            }
+            x0 = toFloat(xr[0]);
+        }
+    };
+    load(blockIdx.x);
+    for (int k = 0;; ++k)
+    {
+        int const t = static_cast<int>(blockIdx.x) + k * grid;
+        int const tb = t - grid; // the chunk this step writes: the CTA's previous one
+        if (tb >= total)
+        {
+            break;
+        }
+        int rowB = 0;
+        int startB = 0;
+        int endB = 0;
+        unsigned long long pv[MS];
+        if (tb >= 0)
+        {
+            bounds(tb, rowB, startB, endB);
+            if (tid < 32)
+            {
+#pragma unroll
+                for (int r = 0; r < MS; ++r)
+                {
+                    pv[r] = tid + 32 * r < chunks ? loadMoments(partials + tb - (tb % chunks) + tid + 32 * r)
+                                                  : kNoMoments;
+                }
+            }
+        }
+        P* const mine = stash + (k & 1) * chunkPacks;
+        if (t < total)
+        {
+            int row;
+            int start, end;
+            bounds(t, row, start, end);
+            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return cache[j]; }, start, end, x0, buf);
+#pragma unroll
+            for (int j = 0; j < KP; ++j)
+            {
+                if (start + tid + j * static_cast<int>(blockDim.x) < end)
+                {
+                    mine[tid + j * blockDim.x] = cache[j];
+                }
+            }
+            if (tid == 0)
+            {
+                storeMoments(partials + t, m.x, m.y);
+            }
+        }
+        if (tb < 0)
+        {
+            load(t + grid);
+            continue;
+        }
+        // The previous chunk's group: its partials ready?  (Before the next loads, so that the
+        // rare path finds the registers free.)
+        unsigned long long* const parts = partials + rowB * chunks;
+        if (tid < 32)
+        {
+            bool const ready = pollMoments<MS>(pv, parts, chunks, patience);
+            if (tid == 0)
+            {
+                helping = !ready;
+            }
+        }
+        __syncthreads();
+        if (helping)
+        {
+            missingMoments<T, VEC, KP>(x + rowB * cols, rowPacks, chunks, parts, buf, &gap);
+            if (tid < 32)
+            {
+#pragma unroll
+                for (int r = 0; r < MS; ++r)
+                {
+                    pv[r] = tid + 32 * r < chunks ? loadMoments(parts + tid + 32 * r) : kNoMoments;
+                }
+            }
+        }
+        load(t + grid); // the next chunk's loads fly while this step writes
+        if (tid < 32)
+        {
+            RowStats const s
+                = mergeMoments<MS>(pv, parts, chunks, static_cast<long long>(chunkPacks) * VEC, cols, eps);
+            if (tid == 0)
+            {
+                stat[k & 1] = make_float4(s.pivot, s.shift, s.scale, 0.F);
+            }
+        }
+        __syncthreads();
+        float4 const sv = stat[k & 1];
+        RowStats const s{sv.x, sv.y, sv.z};
+        P const* prev = stash + ((k - 1) & 1) * chunkPacks;
+        P* yr = reinterpret_cast<P*>(y + rowB * cols);
+        int const firstChannel = static_cast<int>(rowB % groups) * perGroup;
+#pragma unroll
+        for (int j = 0; j < KP; ++j)
+        {
+            int const p = startB + tid + j * static_cast<int>(blockDim.x);
+            if (p < endB)
+            {
+                yr[p] = groupNormPack<T, VEC>(prev[tid + j * blockDim.x], static_cast<unsigned>(p) * VEC, s,
+                    gamma + firstChannel, beta + firstChannel, static_cast<unsigned>(spatial), packChannel, silu);
+            }
+        }
+    }
+}
+
 // Groups too large for the register cache (or the wide path's shared tail): reads each group
 // three times, in VEC packs (16-byte aligned rows) or scalars; passes 2 and 3 hit L2 where
 // the CTAs' groups fit it.
@@ -540,9 +785,10 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 //                                                 cols * sizeof(T) bytes; sm_90+)
 //   fusion_groupnorm_wide_<dtype>_v<VEC>_k<K>     register head, shared tail (1024 threads; dynamic
 //                                                 shared memory: cols * sizeof(T) - 1024 * K * sizeof(T))
-//   fusion_groupnorm_cluster_<dtype>_v<VEC>_k<K>_c<CL>
-//                                                 register path over a cluster of CL CTAs (sm_90+;
-//                                                 the grid counts CTAs, CL per group)
+//   fusion_groupnorm_stream_<dtype>_v<VEC>        chunks on many CTAs (two more parameters: the
+//                                                 partials, one 64-bit word a chunk filled with
+//                                                 0xFF, and the polls before computing a missing
+//                                                 one; dynamic shared memory: 2 * 4 * 128 * 16)
 //   fusion_groupnorm_loop_<dtype>_v<VEC>          three-pass path, any cols
 // The X-macros list every instantiation once; groupNormKernel.cu defines them, the launcher
 // (groupNormLaunch.cu) declares them and builds its table from the same lists.
@@ -564,7 +810,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
 // per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would spill), as
 // does the scalar loop path (the vector one takes 64 registers: 32 spill its packs).  Larger
-// groups take the wide path where it fits, else a cluster (sm_90+), else the loop path.
+// groups take the wide path where it fits, else the stream path (sm_90+), else the loop path.
 // Staging: where the pick's CTA has more than FUSION_GROUPNORM_STAGE_THREADS threads (it fills
 // an SM: 64 registers a thread), on sm_90+ with 16-byte packs, the staged kernel runs on a grid
 // of one CTA per SM instead.  Measured (kernels_groupnorm_sweep.json): fp32 16x320x64x64 0.89 ->
@@ -594,15 +840,13 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // SM), 0.83 and 0.74-0.79 (ab_next_row: the same for the register head measured 0.56-0.71 where it
 // was 0.82-0.92, so only the shared tail is loaded ahead); with one-pass statistics, 0.85 and
 // 0.78-0.82 (ab_one_pass, the same call: +1.5 to +7 points on every wide and pair launch).
-// Clusters: groups past the wide path too (fp32 > 90624, fp16 > 181248 elements on the H100), on
-// sm_90+ with 16-byte packs, spread over a cluster of 8 CTAs (the portable maximum) of K = 40 / 80
-// each, so x is still read once up to 8 x 1024 x K; two st.async exchanges a row.  Measured
-// (kernels_groupnorm_sweep.json): fp32 320 x 128 x 128 0.42 (loop) -> 0.79 of the copy in
-// 512-thread CTAs (0.75 in 4 CTAs of 1024) with a cluster barrier a sum, 0.83 with st.async
-// (ab_cluster_sums; fp16 4 x 320 x 256 x 256 0.65 -> 0.70).  Where one CTA or the wide path holds
-// the group, clusters (of 2, 4 or 8) were slower: fp32 40960 0.73-0.85 against 0.86-0.93 staged;
-// fp16 640 x 64 x 64 0.64-0.78 against 0.72-0.85 in one CTA of 1024; the wide path's groups
-// 0.64-0.80 against 0.73-0.81.
+// Stream: groups past the wide path too (fp32 > 90624, fp16 > 181248 elements on the H100), on
+// sm_90+ with 16-byte packs and a workspace (the launcher falls back to the loop path without
+// one): chunks of 4 packs a thread in 128-thread CTAs, 10 an SM.  Measured (the sweep's
+// ab_stream, same calls): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the copy, with SiLU 0.82 ->
+// 0.92, against the cluster path it replaces (a group over a cluster of 8 CTAs holding it in
+// registers, sums by st.async: the loop's 0.42 -> 0.83); on the wide path's and the fp16 pairs'
+// groups it measured -1 to +1 point (fp32) and 1-8 points below (fp16), so those keep theirs.
 // FUSION_GROUPNORM_STATIC_SMEM: what the opt-in must also leave for the kernels' static shared
 // memory (buf, the barrier).
 #define FUSION_GROUPNORM_THREADS 1024
@@ -633,8 +877,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 #define FUSION_GROUPNORM_WIDE_KERNELS(XW)                                                                          \
     XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false)                                                       \
     XW(f16, __half, 8, 48, true) XW(f16, __half, 8, 64, false)
-// XC(tn, T, vec, k, cl) for the cluster kernels.
-#define FUSION_GROUPNORM_CLUSTER_KERNELS(XC) XC(f32, float, 4, 40, 8) XC(f16, __half, 8, 80, 8)
+// XS(tn, T, vec) for the stream kernels.
+#define FUSION_GROUPNORM_STREAM_KERNELS(XS) XS(f32, float, 4) XS(f16, __half, 8)
 
 #define FUSION_GROUPNORM_PARAMS(T)                                                                                 \
     (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \
@@ -656,21 +900,17 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
             x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
     }
 
-// The plugin library sets a launch's cluster size at run time (cudaLaunchKernelEx): its builds
-// for older GPUs cannot carry the attribute.  CuPy cannot launch with one, so NVRTC builds for
-// sm_90+ (fusion.plugins.library.load_kernel_module) define FUSION_GROUPNORM_STATIC_CLUSTERS.
-#ifdef FUSION_GROUPNORM_STATIC_CLUSTERS
-#define FUSION_GROUPNORM_CLUSTER_DIMS(CL) __cluster_dims__(CL, 1, 1)
-#else
-#define FUSION_GROUPNORM_CLUSTER_DIMS(CL)
-#endif
+#define FUSION_GROUPNORM_STREAM_PARAMS(T)                                                                          \
+    (T const* __restrict__ x, T const* __restrict__ gamma, T const* __restrict__ beta, T* __restrict__ y,          \
+        long long rows, int channels, int groups, long long spatial, float eps, int silu,                          \
+        unsigned long long* __restrict__ partials, int patience)
 
-#define FUSION_GROUPNORM_DEFINE_CLUSTER(TN, T, VEC, K, CL)                                                         \
-    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_THREADS, 1) FUSION_GROUPNORM_CLUSTER_DIMS(CL)    \
-        fusion_groupnorm_cluster_##TN##_v##VEC##_k##K##_c##CL FUSION_GROUPNORM_PARAMS(T)                           \
+#define FUSION_GROUPNORM_DEFINE_STREAM(TN, T, VEC)                                                                 \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_STREAM_THREADS, FUSION_GROUPNORM_STREAM_CTAS(VEC)) \
+        fusion_groupnorm_stream_##TN##_v##VEC FUSION_GROUPNORM_STREAM_PARAMS(T)                                    \
     {                                                                                                              \
-        fusion_kernels::groupNormRegRows<T, VEC, K, false, CL>(                                                    \
-            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu);                      \
+        fusion_kernels::groupNormStreamRows<T, VEC>(                                                               \
+            x, gamma, beta, y, rows, channels, groups, static_cast<int>(spatial), eps, silu, partials, patience);  \
     }
 
 #define FUSION_GROUPNORM_DEFINE_WIDE(TN, T, VEC, K, AHEAD)                                                         \

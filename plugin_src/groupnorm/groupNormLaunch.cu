@@ -1,7 +1,7 @@
 // Launch policy for the GroupNorm kernels: the register path (x read once) while the group
 // fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (where a
 // CTA would fill the SM: fp32 staged, fp16 the wide kernel in two CTAs an SM); past that the
-// wide path, else a cluster of CTAs (sm_90+), else the three-pass loop path.
+// wide path, else the stream path (sm_90+, with a workspace), else the three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
@@ -18,13 +18,13 @@
     extern "C" __global__ void fusion_groupnorm_staged_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
 #define FUSION_GROUPNORM_DECLARE_WIDE(TN, T, VEC, K, AHEAD)                                                        \
     extern "C" __global__ void fusion_groupnorm_wide_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
-#define FUSION_GROUPNORM_DECLARE_CLUSTER(TN, T, VEC, K, CL)                                                        \
-    extern "C" __global__ void fusion_groupnorm_cluster_##TN##_v##VEC##_k##K##_c##CL FUSION_GROUPNORM_PARAMS(T);
+#define FUSION_GROUPNORM_DECLARE_STREAM(TN, T, VEC)                                                                \
+    extern "C" __global__ void fusion_groupnorm_stream_##TN##_v##VEC FUSION_GROUPNORM_STREAM_PARAMS(T);
 
 FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_DECLARE_K, FUSION_GROUPNORM_DECLARE_LOOP)
 FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GROUPNORM_DECLARE_STAGED)
 FUSION_GROUPNORM_WIDE_KERNELS(FUSION_GROUPNORM_DECLARE_WIDE)
-FUSION_GROUPNORM_CLUSTER_KERNELS(FUSION_GROUPNORM_DECLARE_CLUSTER)
+FUSION_GROUPNORM_STREAM_KERNELS(FUSION_GROUPNORM_DECLARE_STREAM)
 
 namespace fusion
 {
@@ -38,8 +38,7 @@ struct KernelEntry
     int k; // 0 for the loop kernels
     char const* name;
     void const* fn;
-    int cluster; // CTAs per group (the cluster kernels), else 0
-    bool ahead;  // a wide kernel that loads the next row's register head ahead
+    bool ahead; // a wide kernel that loads the next row's register head ahead
 };
 
 // The register-path kernels in their listed order (K ascending per type and pack width).
@@ -58,12 +57,11 @@ KernelEntry const kLoopKernels[] = {FUSION_GROUPNORM_KERNELS(FUSION_GROUPNORM_NO
 KernelEntry const kStagedKernels[] = {FUSION_GROUPNORM_STAGED_KERNELS(FUSION_GROUPNORM_ENTRY_STAGED)};
 #define FUSION_GROUPNORM_ENTRY_WIDE(TN, T, VEC, K, AHEAD)                                                          \
     {#TN, VEC, K, "fusion_groupnorm_wide_" #TN "_v" #VEC "_k" #K,                                                  \
-        reinterpret_cast<void const*>(&fusion_groupnorm_wide_##TN##_v##VEC##_k##K), 0, AHEAD},
+        reinterpret_cast<void const*>(&fusion_groupnorm_wide_##TN##_v##VEC##_k##K), AHEAD},
 KernelEntry const kWideKernels[] = {FUSION_GROUPNORM_WIDE_KERNELS(FUSION_GROUPNORM_ENTRY_WIDE)};
-#define FUSION_GROUPNORM_ENTRY_CLUSTER(TN, T, VEC, K, CL)                                                          \
-    {#TN, VEC, K, "fusion_groupnorm_cluster_" #TN "_v" #VEC "_k" #K "_c" #CL,                                      \
-        reinterpret_cast<void const*>(&fusion_groupnorm_cluster_##TN##_v##VEC##_k##K##_c##CL), CL},
-KernelEntry const kClusterKernels[] = {FUSION_GROUPNORM_CLUSTER_KERNELS(FUSION_GROUPNORM_ENTRY_CLUSTER)};
+#define FUSION_GROUPNORM_ENTRY_STREAM(TN, T, VEC)                                                                  \
+    {#TN, VEC, 0, "fusion_groupnorm_stream_" #TN "_v" #VEC, reinterpret_cast<void const*>(&fusion_groupnorm_stream_##TN##_v##VEC)},
+KernelEntry const kStreamKernels[] = {FUSION_GROUPNORM_STREAM_KERNELS(FUSION_GROUPNORM_ENTRY_STREAM)};
 
 // The first kernel of [begin, end) for this type and pack width (K: any if 0).
 KernelEntry const* findKernel(KernelEntry const* begin, KernelEntry const* end, char const* type, int64_t vec, int k = 0)
@@ -97,7 +95,7 @@ GroupNormDevice currentDevice()
 }
 
 // Whether `kernel` may launch with `bytes` of dynamic shared memory (raising its limit once)
-// and was compiled for at least PTX `minPtx` (the staged and cluster kernels: an sm_80 build's
+// and was compiled for at least PTX `minPtx` (the staged kernels: an sm_80 build's
 // PTX, JIT-compiled on an sm_90 device, has them empty).
 bool usableKernel(void const* kernel, int bytes, int minPtx)
 {
@@ -112,23 +110,9 @@ bool usableKernel(void const* kernel, int bytes, int minPtx)
     return ok;
 }
 
-// A launch in clusters of plan.cluster CTAs, sized at run time (cudaLaunchKernelEx): the
-// library's builds for older GPUs cannot carry a cluster size in the kernel.
-cudaError_t launchClusters(NormPlan const& plan, void** args, cudaStream_t stream)
-{
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(plan.cluster);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(plan.grid));
-    config.blockDim = dim3(plan.block);
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    return cudaLaunchKernelExC(&config, plan.kernel, args);
-}
+// The stream path's chunk (packs) and dynamic shared memory (two chunks of 16-byte packs).
+constexpr int64_t kStreamChunkPacks = FUSION_GROUPNORM_STREAM_PACKS * FUSION_GROUPNORM_STREAM_THREADS;
+constexpr int32_t kStreamSmem = 2 * kStreamChunkPacks * 16;
 
 int64_t threadsFor(int64_t packs, int64_t perThread)
 {
@@ -234,9 +218,10 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         // writes this one.
         bool const rowsInTurn = device.stageSms > 0 && rows > device.stageSms;
         KernelEntry const* wide = wideKernel(typeName, vec, nv, FUSION_GROUPNORM_THREADS, smemFree, rowsInTurn);
-        KernelEntry const* cluster = device.stageSms > 0
-            ? findKernel(std::begin(kClusterKernels), std::end(kClusterKernels), typeName, vec)
+        KernelEntry const* stream = device.stageSms > 0
+            ? findKernel(std::begin(kStreamKernels), std::end(kStreamKernels), typeName, vec)
             : nullptr;
+        int64_t const chunks = (nv + kStreamChunkPacks - 1) / kStreamChunkPacks; // a group's
         if (wide != nullptr)
         {
             use = wide;
@@ -247,18 +232,15 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
                 plan.grid = device.stageSms;
             }
         }
-        else if (cluster != nullptr)
+        else if (stream != nullptr && cols <= INT_MAX && rows <= INT_MAX / chunks)
         {
-            int64_t const threads = threadsFor((nv + cluster->cluster - 1) / cluster->cluster, cluster->k / vec);
-            if (threads <= FUSION_GROUPNORM_THREADS)
-            {
-                use = cluster;
-                plan.block = static_cast<int32_t>(threads);
-                plan.cluster = cluster->cluster;
-                plan.minPtx = 90;
-                int64_t const clusters = rows > INT_MAX / cluster->cluster ? INT_MAX / cluster->cluster : rows;
-                plan.grid = clusters * cluster->cluster;
-            }
+            // Chunks on STREAM_CTAS CTAs an SM, taking them in turn (the kernel counts them in int).
+            use = stream;
+            int64_t const resident = static_cast<int64_t>(device.stageSms) * FUSION_GROUPNORM_STREAM_CTAS(vec);
+            plan.grid = rows * chunks < resident ? rows * chunks : resident;
+            plan.block = FUSION_GROUPNORM_STREAM_THREADS;
+            plan.smem = kStreamSmem;
+            plan.workspace = rows * chunks * static_cast<int64_t>(sizeof(unsigned long long));
         }
     }
     if (use != nullptr)
@@ -276,16 +258,47 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     return plan;
 }
 
-cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, void const* beta, void* y, int64_t n,
-    int64_t channels, int64_t groups, int64_t spatial, float eps, bool silu, cudaStream_t stream)
+namespace
+{
+
+// rows and cols of x [n, channels, spatial...], false for sizes no kernel takes.
+bool groupNormRows(int64_t n, int64_t channels, int64_t groups, int64_t spatial, int64_t& rows, int64_t& cols)
 {
     if (groups <= 0 || channels < 0 || channels > INT_MAX || groups > INT_MAX || channels % groups != 0 || n < 0
         || spatial < 0)
     {
+        return false;
+    }
+    rows = n * groups;
+    cols = channels / groups * spatial;
+    return true;
+}
+
+} // namespace
+
+size_t groupNormWorkspace(ElemType type, int64_t n, int64_t channels, int64_t groups, int64_t spatial)
+{
+    int64_t rows = 0;
+    int64_t cols = 0;
+    if (!groupNormRows(n, channels, groups, spatial, rows, cols) || rows == 0 || cols == 0)
+    {
+        return 0;
+    }
+    // Aligned x and y: the plan that needs the most.  A smaller n or spatial plans the stream
+    // path only past the same group size, with no more chunks.
+    return static_cast<size_t>(planGroupNorm(type, rows, cols, true, currentDevice()).workspace);
+}
+
+cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, void const* beta, void* y, int64_t n,
+    int64_t channels, int64_t groups, int64_t spatial, float eps, bool silu, void* workspace, size_t workspaceBytes,
+    cudaStream_t stream)
+{
+    int64_t rows = 0;
+    int64_t cols = 0;
+    if (!groupNormRows(n, channels, groups, spatial, rows, cols))
+    {
         return cudaErrorInvalidValue;
     }
-    int64_t const rows = n * groups;
-    int64_t const cols = channels / groups * spatial;
     if (rows == 0 || cols == 0)
     {
         return cudaSuccess;
@@ -297,7 +310,9 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
     auto aligned = [](void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15U) == 0; };
     bool const vecOk = aligned(x) && aligned(y);
     NormPlan plan = planGroupNorm(type, rows, cols, vecOk, currentDevice());
-    if ((plan.smem > 0 || plan.minPtx > 0) && !usableKernel(plan.kernel, plan.smem, plan.minPtx))
+    bool const workspaceOk
+        = plan.workspace == 0 || (workspace != nullptr && static_cast<int64_t>(workspaceBytes) >= plan.workspace);
+    if (!workspaceOk || ((plan.smem > 0 || plan.minPtx > 0) && !usableKernel(plan.kernel, plan.smem, plan.minPtx)))
     {
         plan = planGroupNorm(type, rows, cols, vecOk); // the single-CTA kernels without shared memory
     }
@@ -310,15 +325,17 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
     int groupsArg = static_cast<int>(groups);
     long long spatialArg = spatial;
     int siluArg = silu ? 1 : 0;
-    void* args[] = {&x, &gamma, &beta, &y, &rowsArg, &channelsArg, &groupsArg, &spatialArg, &eps, &siluArg};
-    if (plan.cluster > 1)
+    int patience = FUSION_GROUPNORM_STREAM_PATIENCE;
+    void* args[] = {&x, &gamma, &beta, &y, &rowsArg, &channelsArg, &groupsArg, &spatialArg, &eps, &siluArg, &workspace,
+        &patience};
+    if (plan.workspace > 0)
     {
-        if (launchClusters(plan, args, stream) == cudaSuccess)
+        // Unwritten partials are all ones (groupNormKernels.cuh: kNoMoments).
+        cudaError_t const err = cudaMemsetAsync(workspace, 0xFF, static_cast<size_t>(plan.workspace), stream);
+        if (err != cudaSuccess)
         {
-            return cudaSuccess;
+            return err;
         }
-        (void) cudaGetLastError(); // the device cannot place the cluster: the single-CTA kernels
-        plan = planGroupNorm(type, rows, cols, vecOk);
     }
     return cudaLaunchKernel(
         plan.kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(plan.block), args, plan.smem, stream);
@@ -327,9 +344,10 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
 } // namespace fusion
 
 // C entry point for tests: the launch policy without a GPU (type: ElemType; stageSms and
-// smemOptin: a GroupNormDevice).  Returns 0, or -1 if none.
+// smemOptin: a GroupNormDevice; workspace: bytes).  Returns 0, or -1 if none.
 extern "C" __attribute__((visibility("default"))) int fusion_groupnorm_plan(int type, long long rows, long long cols,
-    int vecOk, int stageSms, int smemOptin, char* name, int nameCap, long long* grid, int* block, int* smem)
+    int vecOk, int stageSms, int smemOptin, char* name, int nameCap, long long* grid, int* block, int* smem,
+    long long* workspace)
 {
     fusion::NormPlan const plan = fusion::planGroupNorm(
         static_cast<fusion::ElemType>(type), rows, cols, vecOk != 0, fusion::GroupNormDevice{stageSms, smemOptin});
@@ -341,5 +359,6 @@ extern "C" __attribute__((visibility("default"))) int fusion_groupnorm_plan(int 
     *grid = plan.grid;
     *block = plan.block;
     *smem = plan.smem;
+    *workspace = plan.workspace;
     return 0;
 }

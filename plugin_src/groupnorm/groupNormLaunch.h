@@ -4,6 +4,7 @@
 
 #include "common/normLaunch.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cuda_runtime_api.h>
 
@@ -13,21 +14,29 @@ namespace fusion
 // What the device offers the GroupNorm kernels beyond the register path ({}: nothing).
 struct GroupNormDevice
 {
-    int stageSms;  // its SM count where it runs the staged and cluster kernels and sizes the wide
+    int stageSms;  // its SM count where it runs the staged and stream kernels and sizes the wide
                    // path's grid by it (sm_90+), else 0
     int smemOptin; // the dynamic shared memory a CTA may opt in to (staged and wide kernels)
 };
 
-// Kernel, grid, block, shared memory and cluster size for rows = N * G groups of cols elements:
+// Kernel, grid, block, shared memory and workspace for rows = N * G groups of cols elements:
 // the register path (where a CTA fills an SM: fp32 staged, fp16 the wide kernel in two CTAs an
-// SM), else the wide path (a register head and a shared tail), else a cluster of CTAs, else
-// the loop path; groupNormKernels.cuh has the policy.  vecOk: x and y are 16-byte aligned.
+// SM), else the wide path (a register head and a shared tail), else the stream path (chunks on
+// many CTAs, their statistics through the workspace), else the loop path; groupNormKernels.cuh
+// has the policy.  vecOk: x and y are 16-byte aligned.
 // Keep in sync with fusion/plugins/library.py:groupnorm_plan (a test compares them).
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device = {});
 
+// The workspace bytes launchGroupNorm wants on the current device for x [n, channels,
+// spatial...] (0 for bad sizes): enough for any smaller n or spatial too.
+size_t groupNormWorkspace(ElemType type, int64_t n, int64_t channels, int64_t groups, int64_t spatial);
+
 // y = groupnorm(x) * gamma[c] + beta[c] (then SiLU if silu) for x [n, channels, spatial...].
-// Returns the launch error; cudaErrorInvalidValue for bad sizes or a type it has no kernel for.
+// workspace: device memory of workspaceBytes (may be null); where the plan needs more than
+// that, a kernel that needs none runs instead.  Returns the launch error; cudaErrorInvalidValue
+// for bad sizes or a type it has no kernel for.
 cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, void const* beta, void* y, int64_t n,
-    int64_t channels, int64_t groups, int64_t spatial, float eps, bool silu, cudaStream_t stream);
+    int64_t channels, int64_t groups, int64_t spatial, float eps, bool silu, void* workspace, size_t workspaceBytes,
+    cudaStream_t stream);
 
 } // namespace fusion

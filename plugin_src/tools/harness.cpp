@@ -1089,8 +1089,9 @@ std::vector<Case> groupNormCases()
     // path where the device's shared memory holds its tail; fp16 on sm_90+: the wide kernel in
     // 512-thread CTAs, two an SM); 280 groups of 49152 (the same two with more groups than CTAs:
     // in fp32 each CTA loads its next group's head and tail as it writes this one; in fp16 the
-    // groups outnumber the pairs, so K = 48, one CTA a group); groups of 294912 (sm_90+: a
-    // cluster of 8 CTAs); a group of 524288 (fp16: a cluster of 8; fp32: the loop path).
+    // groups outnumber the pairs, so K = 48, one CTA a group); groups of 294912 (sm_90+: the
+    // stream path, 144 / 72 chunks a group); a group of 524288 (the stream path: 256 / 128
+    // chunks, past the 96 whose partials warp 0 reads ahead).
     S const shapes[] = {{{2, 64, 8, 8}, 32, 1e-5}, {{3, 30, 7}, 5, 1e-6}, {{4, 16}, 4, 1e-3},
         {{1, 320, 64, 64}, 32, 1e-5}, {{200, 24, 32, 32}, 1, 1e-5}, {{1, 32, 100, 100}, 4, 1e-5},
         {{280, 12, 64, 64}, 1, 1e-5}, {{2, 32, 96, 96}, 1, 1e-5}, {{1, 8, 256, 256}, 1, 1e-5}};

@@ -214,12 +214,23 @@ bool PluginV3<Config>::supportsFormat(int32_t pos, PluginTensorDesc const& desc,
 }
 
 template <class Config>
-int32_t PluginV3<Config>::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* /*outputDesc*/,
-    void const* const* inputs, void* const* outputs, void* /*workspace*/, cudaStream_t stream) noexcept
+size_t PluginV3<Config>::getWorkspaceSize(DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+    DynamicPluginTensorDesc const* /*outputs*/, int32_t /*nbOutputs*/) const noexcept
 {
     if constexpr (kGROUP_NORM<Config>)
     {
-        return mCfg.enqueue(inputDesc[0], inputs, outputs, stream);
+        return inputs == nullptr || nbInputs < 1 ? 0 : mCfg.workspaceSize(inputs[0].max, inputs[0].desc.type);
+    }
+    return 0;
+}
+
+template <class Config>
+int32_t PluginV3<Config>::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* /*outputDesc*/,
+    void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept
+{
+    if constexpr (kGROUP_NORM<Config>)
+    {
+        return mCfg.enqueue(inputDesc[0], inputs, outputs, workspace, stream);
     }
     else if constexpr (kNORM<Config>)
     {

@@ -93,6 +93,9 @@ public:
     static SpecPluginV3* create(nvinfer1::PluginFieldCollection const* fc, Op... op);
 
     nvinfer1::IPluginV3* clone() noexcept override;
+    // FusedGroupNorm's stream kernels' partials (GroupNormConfig::workspaceSize), else 0.
+    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
     int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
         void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
 

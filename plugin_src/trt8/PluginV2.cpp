@@ -456,15 +456,15 @@ void GroupNormPluginV2::configurePlugin(
 }
 
 size_t GroupNormPluginV2::getWorkspaceSize(
-    PluginTensorDesc const* /*inputs*/, int32_t /*nbInputs*/, PluginTensorDesc const* /*outputs*/, int32_t /*nbOutputs*/) const noexcept
+    PluginTensorDesc const* inputs, int32_t nbInputs, PluginTensorDesc const* /*outputs*/, int32_t /*nbOutputs*/) const noexcept
 {
-    return 0;
+    return inputs == nullptr || nbInputs < 1 ? 0 : mCfg.workspaceSize(inputs[0].dims, inputs[0].type);
 }
 
 int32_t GroupNormPluginV2::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* /*outputDesc*/,
-    void const* const* inputs, void* const* outputs, void* /*workspace*/, cudaStream_t stream) noexcept
+    void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept
 {
-    return mCfg.enqueue(inputDesc[0], inputs, outputs, stream);
+    return mCfg.enqueue(inputDesc[0], inputs, outputs, workspace, stream);
 }
 
 void GroupNormPluginV2::writeFields(FieldWriter& w)

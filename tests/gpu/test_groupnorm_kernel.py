@@ -1,7 +1,8 @@
 """The FusedGroupNorm kernels (the plugin's own source, via cupy.RawModule) against a float64
 NumPy reference: every register-path instantiation (each K, vector and scalar packs, fp32/fp16),
 the staged kernels (sm_90+; bit for bit the register path's outputs), the wide kernels (a
-register head and a shared tail), the cluster kernels (sm_90+: a group over 8 CTAs), unaligned
+register head and a shared tail), the stream kernels (sm_90+: a group's chunks on many CTAs, on
+any grid bit for bit the same), unaligned
 pointers, odd sizes, spatial sizes that split a vector between channels, the loop path for
 large groups, rank 2 and 5, a large mean, with and without the fused SiLU.  Skipped without
 CuPy and a GPU; tests/test_plugins.py checks (without a GPU) that CASES reach every kernel the
@@ -13,14 +14,14 @@ import numpy as np
 import pytest
 
 from fusion.plugins.library import (
-    GROUPNORM_CLUSTER, device_groupnorm_limits, groupnorm_blocks, groupnorm_cluster_launch, groupnorm_launch_config,
-    groupnorm_reg_kernel, groupnorm_staged_kernel, groupnorm_wide_kernel, launch_groupnorm,
+    GROUPNORM_STREAM_THREADS, device_groupnorm_limits, groupnorm_blocks, groupnorm_launch_config, groupnorm_reg_kernel,
+    groupnorm_staged_kernel, groupnorm_stream_kernel, groupnorm_stream_launch, groupnorm_wide_kernel, launch_groupnorm,
     load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
 # The comments name the kernel fp32 / fp16 get (groupnorm_launch_config; checked below) on an
-# H100, [and without clusters] where that differs.
+# H100, [and before sm_90] where that differs.
 CASES = [
     ((2, 64, 8, 8), 32, 0),  # cols 128: v4_k4 / v8_k8
     ((2, 32, 16, 16), 4, 0),  # cols 2048: v4_k8 / v8_k8
@@ -41,7 +42,8 @@ CASES = [
     ((300, 41, 32, 32), 1, 0),  # 300 groups of 41984 > 2 x SMs: as above / wide_k48 in 512 threads, head first
     ((140, 82, 32, 32), 1, 0),  # 140 groups of 83968 > SMs: wide_k32 (K = 24's tail too big) / wide_k48, head ahead
     ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
-    ((1, 64, 64, 64), 2, 0),  # cols 131072: cluster_c8, 416 threads [loop; a 384 KB tail] / wide_k64 (128 KB)
+    ((1, 64, 64, 64), 2, 0),  # cols 131072: stream, 64 chunks [loop; a 384 KB tail] / wide_k64 (128 KB)
+    ((1, 48, 47, 49), 1, 0),  # cols 110544, spatial 2303: stream, packs span channels [loop] / wide_k64
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
     ((2, 16, 2, 3), 2, 0),  # cols 48, spatial 6: v4_k4 / v8_k8, packs span channels
     ((2, 32, 2, 2), 4, 0),  # cols 32, spatial 4: v4_k4 / v8_k8 (fp16 packs span channels)
@@ -53,8 +55,8 @@ CASES = [
     ((1, 96, 16, 16), 1, 1),  # unaligned, cols 24576: v1_k24 (the scalar path's largest)
     ((2, 5, 5005), 1, 0),  # cols 25025, odd, > 1024 x 24: loop
     ((1, 32, 100, 100), 4, 1),  # unaligned, cols 80000: loop
-    ((1, 32, 96, 96), 1, 0),  # one group of 294912: cluster_c8, 928 / 480 threads [loop, grid-strided]
-    ((1, 8, 256, 256), 1, 0),  # one group of 524288: loop (> 8 x 1024 x 40) / cluster_c8 in 832 threads
+    ((1, 32, 96, 96), 1, 0),  # one group of 294912: stream, 144 / 72 chunks (past the 96 read ahead) [loop]
+    ((1, 8, 256, 256), 1, 0),  # one group of 524288: stream, 256 / 128 chunks [loop]
 ]
 
 
@@ -166,7 +168,7 @@ STRIDED = [("float32", 4, 40, False), ("float32", 4, 16, False), ("float32", 4, 
 
 def needs_sm90(cp) -> None:
     if int(cp.cuda.Device().compute_capability) < 90:
-        pytest.skip("the staged and cluster kernels need sm_90+")
+        pytest.skip("the staged and stream kernels need sm_90+")
 
 
 @pytest.mark.gpu
@@ -184,8 +186,8 @@ def test_groupnorm_rows_grid_strided(cp, module, kernel):
 
 
 def check_grids(cp, module, dtype: str, shape: tuple, groups: int, name: str, block: int, grids: tuple,
-                seed: int) -> None:  # fmt: skip
-    """Launch `name` (with SiLU) on each grid and compare with the float64 reference."""
+                seed: int) -> list:  # fmt: skip
+    """Launch `name` (with SiLU) on each grid and compare with the float64 reference; the outputs."""
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(shape) * 3 - 5).astype(dtype)
     g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
@@ -193,12 +195,18 @@ def check_grids(cp, module, dtype: str, shape: tuple, groups: int, name: str, bl
     dx, dg, db = cp.asarray(x), cp.asarray(g), cp.asarray(b)
     spatial = int(np.prod(shape[2:], dtype=np.int64))
     atol, rtol = TOL[dtype]
+    outs = []
     for grid in grids:
+        patience = grid[1] if isinstance(grid, tuple) else 64
+        grid = grid[0] if isinstance(grid, tuple) else grid
         dy = cp.full(shape, np.nan, dtype=dtype)
         launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1],
-                         groups, spatial, 1e-5, True, (name, grid, block))  # fmt: skip
-        got = cp.asnumpy(dy).astype(np.float64)
-        np.testing.assert_allclose(got, reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol, err_msg=str(grid))
+                         groups, spatial, 1e-5, True, (name, grid, block), patience)  # fmt: skip
+        got = cp.asnumpy(dy)
+        np.testing.assert_allclose(got.astype(np.float64), reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol,
+                                   err_msg=str(grid))  # fmt: skip
+        outs.append(got)
+    return outs
 
 
 @pytest.mark.gpu
@@ -257,7 +265,7 @@ def test_groupnorm_wide_one_pass_statistics(cp, module, dtype, shape, data):
     float64 on the data that breaks a careless one-pass variance: a spread far below the mean,
     the sampled packs' region far from the rest of the group, an outlier as the first element.
     (fp32 groups of 49152 take the wide path, fp16 ones the wide kernel in 512 threads; groups of
-    163840 the wide path in fp16, a cluster in fp32.)"""
+    163840 the wide path in fp16, the stream path in fp32.)"""
     limits = device_groupnorm_limits()
     name = groupnorm_launch_config(dtype, shape[0], shape[1], 32, shape[2] * shape[3], True, *limits)[0]
     if "_wide_" not in name:
@@ -285,31 +293,38 @@ def test_groupnorm_wide_one_pass_statistics(cp, module, dtype, shape, data):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", sorted(TOL))
-def test_groupnorm_cluster_rows_grid_strided(cp, module, dtype):
-    """A group over a cluster of CTAs, on fewer clusters than groups: each cluster takes its rows
-    in turn, reusing its CTAs' shared sums; CTAs holding unequal shares (packs 9212 / 18424 over
-    8 CTAs), packs that span channels (spatial 2303)."""
+def test_groupnorm_stream_any_grid_bit_for_bit(cp, module, dtype):
+    """The stream path's outputs do not depend on who computes a chunk's partial: on one CTA
+    (which computes the chunks of its group that come later itself), a few, one a chunk, and with
+    no patience (a CTA computes every partial not yet there on its first poll), the outputs are
+    equal bit for bit and close to float64.  12 groups of 110544 (54 / 27 chunks, the last one
+    partial), packs spanning channels (spatial 2303)."""
     needs_sm90(cp)
     vec = 4 if dtype == "float32" else 8
-    shape, groups = (6, 64, 47, 49), 2  # 12 groups of 73696
-    name, _, block = groupnorm_cluster_launch(dtype, vec, 12, 32 * 47 * 49)
-    cl = GROUPNORM_CLUSTER
-    check_grids(cp, module, dtype, shape, groups, name, block, (cl, 5 * cl, 12 * cl), seed=5)
+    shape, groups = (6, 96, 47, 49), 2
+    cols = 48 * 47 * 49
+    name, grid, block = groupnorm_stream_launch(dtype, vec, 12, cols, device_groupnorm_limits()[0])
+    assert block == GROUPNORM_STREAM_THREADS and name == groupnorm_stream_kernel(dtype, vec)
+    chunks = -(-cols // vec // (4 * block))
+    outs = check_grids(cp, module, dtype, shape, groups, name, block,
+                       ((1, 64), (3, 64), (grid, 64), (12 * chunks, 64), (1, 0), (7, 0), (grid, 0)), seed=5)  # fmt: skip
+    for i, out in enumerate(outs[1:], 1):
+        np.testing.assert_array_equal(out, outs[0], err_msg=f"launch {i}")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", sorted(TOL))
-def test_groupnorm_cluster_sums_repeat_bit_for_bit(cp, module, dtype):
-    """The cluster kernels' CTAs exchange their sums by st.async into each other's shared memory,
-    each barrier armed for its next phase as the last completes: a race there shows as a launch
-    whose outputs differ.  200 launches on 3 clusters (each takes 11 or 12 of 34 groups, so the
-    barriers turn over many times), every output equal bit for bit to the first and close to
-    float64."""
+def test_groupnorm_stream_repeats_bit_for_bit(cp, module, dtype):
+    """The stream kernels' CTAs meet only through the partials they publish and poll: a race there
+    (a partial read half written, or before the workspace is reset) shows as a launch whose
+    outputs differ.  200 launches of 34 groups of 42240 fp32 / 84480 fp16 elements (21 chunks,
+    the last one partial) on the policy's grid, every output equal bit for bit to the first and
+    close to float64."""
     needs_sm90(cp)
     vec = 4 if dtype == "float32" else 8
-    shape, groups = (17, 64, 33, 40), 2  # 34 groups of 42240: 1320 fp32 packs a CTA of 8
-    cols = 32 * 33 * 40
-    name, _, block = groupnorm_cluster_launch(dtype, vec, 34, cols)
+    shape, groups = (17, 64 if dtype == "float32" else 128, 33, 40), 2
+    cols = shape[1] // groups * 33 * 40
+    name, grid, block = groupnorm_stream_launch(dtype, vec, 34, cols, device_groupnorm_limits()[0])
     rng = np.random.default_rng(9)
     x = (rng.standard_normal(shape) * 2 + 3).astype(dtype)
     g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
@@ -318,7 +333,7 @@ def test_groupnorm_cluster_sums_repeat_bit_for_bit(cp, module, dtype):
     ys = [cp.full(shape, np.nan, dtype=dtype) for _ in range(200)]
     for dy in ys:
         launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], groups,
-                         33 * 40, 1e-5, True, (name, 3 * GROUPNORM_CLUSTER, block))  # fmt: skip
+                         33 * 40, 1e-5, True, (name, grid, block))  # fmt: skip
     first = cp.asnumpy(ys[0])
     atol, rtol = TOL[dtype]
     np.testing.assert_allclose(first.astype(np.float64), reference(x, g, b, groups, 1e-5, True), atol=atol, rtol=rtol)
