@@ -64,7 +64,7 @@ export FUSION_KERNEL_REPORT="$OUT/kernels_tests.json"
 # FUSION_SKIP_KERNEL_TESTS=1: benchmarks only (when device time is short and the kernels
 # were already tested).
 [ "${FUSION_SKIP_KERNEL_TESTS:-0}" = 1 ] ||
-    stage kernel_tests 200 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/gpu -rfs
+    stage kernel_tests 240 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/gpu -rfs
 stage harness 60 "$LIBDIR/fusion_harness" "$LIB" --json "$OUT/kernels_harness.json"
 # The harness knows nothing of git or the device: record where it ran.
 "$PY" - "$OUT/kernels_harness.json" <<'PY' || true
