@@ -12,10 +12,10 @@ TensorRT engines (bench/run_gpu_groupnorm_paths.sh runs the whole thing on the G
                                                   # -> one results file
 
 Four inputs, each through GroupNorm(32) (+ SiLU on two), one per kernel path on an H100: 2 x
-320 x 64 x 64 (fp32: the staged kernel), 9 x 640 x 64 x 64 (fp32: the wide kernel; fp16: the
-wide kernel in two 512-thread CTAs an SM), 5 x 320 x 128 x 128 (fp32: the stream path, its
-640 KB groups past the shared memory; fp16: the wide kernel) and 1 x 320 x 256 x 256 (a VAE decoder's
-size; the stream path, 320 / 160 chunks a group: past the 96 partials warp 0 reads ahead).  Three engines: the fp32
+320 x 64 x 64 (fp32: the staged kernel), 9 x 640 x 64 x 64 (fp32: the stream path, 40 chunks a
+group; fp16: the wide kernel in two 512-thread CTAs an SM), 5 x 320 x 128 x 128 (fp32: the stream
+path, 80 chunks; fp16: the wide kernel) and 1 x 320 x 256 x 256 (a VAE decoder's size; the stream
+path, 320 / 160 chunks a group: past the 96 partials warp 0 reads ahead).  Three engines: the fp32
 model in fp32 and in fp16 (where TensorRT picks each plugin layer's precision), and the fp16
 model in fp16 (fp16 inputs: the fp16 kernels).  The original's engine needs TensorRT's
 InstanceNormalization plugin, which runs through cuDNN (a stub in our TensorRT 8.5 bundle), so
@@ -37,9 +37,9 @@ from bench.bench_kernels import commit_info  # noqa: E402
 from fusion.plugins.library import groupnorm_launch_config  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "trt_groupnorm_paths.json"
-# b and c at batches whose groups outnumber what an H100 holds at once (132 CTAs of 1024 threads;
-# fp16's 640 x 64 x 64: 264 pairs of 512): the wide path's CTAs load their next group as they
-# write, the pair takes K = 48
+# b and c at batches whose groups outnumber what an H100 holds at once (fp16's 320 x 128 x 128:
+# 132 CTAs of 1024 threads, its 640 x 64 x 64: 264 pairs of 512): the wide path's CTAs load their
+# next group as they write, the pair takes K = 48; fp32's stream CTAs take several chunks each
 SHAPES = {"a": (2, 320, 64, 64), "b": (9, 640, 64, 64), "c": (5, 320, 128, 128), "d": (1, 320, 256, 256)}
 SILU = {"a": True, "b": False, "c": True, "d": False}
 GROUPS = 32

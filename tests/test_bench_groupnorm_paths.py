@@ -30,7 +30,7 @@ def test_collect_names_the_kernel_by_the_precision_each_plugin_ran_in(tmp_path, 
     kernels = {p: {o["output"]: (o["plugin_ran_in"], o["kernel"]) for o in r["outputs"]} for p, r in data["runs"].items()}
     # one input per kernel path of the launch policy on an H100
     assert kernels["fp32"] == {"ya": ("fp32", "fusion_groupnorm_staged_f32_v4_k40"),
-                               "yb": ("fp32", "fusion_groupnorm_wide_f32_v4_k24"),
+                               "yb": ("fp32", "fusion_groupnorm_stream_f32_v4"),
                                "yc": ("fp32", "fusion_groupnorm_stream_f32_v4"),
                                "yd": ("fp32", "fusion_groupnorm_stream_f32_v4")}  # fmt: skip
     assert kernels["fp16"] == {"ya": ("fp32", "fusion_groupnorm_staged_f32_v4_k40"),

@@ -275,37 +275,35 @@ def test_groupnorm_launch_policy_paths():
     assert cfg("float16", 16, 320, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_reg_f16_v8_k80", 512, 512)
     assert cfg("float32", 16, 320, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"
     assert cfg("float32", 1, 96, 1, 256, False, *h100)[0] == "fusion_groupnorm_reg_f32_v1_k24"
-    # Wide: past the registers, the tail in the opt-in shared memory (SDXL's 640x64x64 in fp32:
-    # 81920 - 24576 in 224 KB; 320x128x128 in fp16: 163840 - 65536 in 192 KB), on one CTA an SM
-    # where the device says how many (each loads its next group as it writes); else one a group.
-    # CTAs that take rows in turn load the next head ahead too (K = 24 / 48) where its tail fits,
-    # else K = 32 / 64 (fp32 groups of 86016: a 240 KB tail at K = 24, 208 KB at 32; fp16 ones of
-    # 164864: 226 KB at K = 48, the most the opt-in leaves).
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k24", 132, 1024)
-    assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k24", "float32", 81920) == 229376
-    assert cfg("float32", 8, 672, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 132, 1024)
-    assert cfg("float32", 1, 640, 32, 64 * 64, True, *h100) == ("fusion_groupnorm_wide_f32_v4_k32", 32, 1024)
-    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 132, 1024)
-    assert cfg("float16", 140, 1, 1, 164864, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 132, 1024)
-    assert cfg("float16", 140, 1, 1, 164872, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 132, 1024)
-    assert cfg("float16", 1, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 32, 1024)
-    assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
-    assert cfg("float32", 8, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 8, 1024)
-    # Past the wide path (sm_90+): the stream path, chunks of 512 packs on 10 (fp32) / 9 (fp16)
-    # CTAs of 128 threads an SM, at most one a chunk (SDXL's 320x128x128 in fp32, a 384 KB tail:
-    # 80 chunks a group), a 64-bit partial a chunk of workspace; without sm_90, the loop.
+    # Past the registers, sm_90+: fp32 takes the stream path (chunks of 512 packs on 9 CTAs of 128
+    # threads an SM, at most one a chunk; a 64-bit partial a chunk of workspace), fp16 the wide
+    # path, its tail in the opt-in shared memory (SDXL's 320x128x128: 163840 - 65536 in 192 KB), on
+    # one CTA an SM taking rows in turn, loading the next head ahead (K = 48) where its tail fits
+    # (groups of 164864: 226 KB, the most the opt-in leaves), else K = 64; fp16 past the wide path
+    # the stream path too.  Before sm_90, the wide path (fp32 K = 32) on one CTA a group.
     stream32, stream16 = "fusion_groupnorm_stream_f32_v4", "fusion_groupnorm_stream_f16_v8"
-    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == (stream32, 1320, 128)
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *h100) == (stream32, 1188, 128)
+    assert cfg("float32", 1, 41, 1, 32 * 32, True, *h100) == (stream32, 21, 128)  # 41984: 21 chunks
+    assert cfg("float32", 2, 320, 32, 128 * 128, True, *h100) == (stream32, 1188, 128)
     assert pl.groupnorm_workspace(stream32, 64, 128 * 128 * 10) == 64 * 80 * 8
     assert pl.groupnorm_smem(stream32, "float32", 163840, 128) == 16384
     assert cfg("float32", 1, 1, 1, 327680, True, *h100) == (stream32, 160, 128)
     assert cfg("float32", 1, 1, 1, 327684, True, *h100) == (stream32, 161, 128)  # a last chunk of 1 pack
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 132, 1024)
+    assert cfg("float16", 140, 1, 1, 164864, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k48", 132, 1024)
+    assert cfg("float16", 140, 1, 1, 164872, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 132, 1024)
+    assert cfg("float16", 1, 320, 32, 128 * 128, True, *h100) == ("fusion_groupnorm_wide_f16_v8_k64", 32, 1024)
+    assert pl.groupnorm_smem("fusion_groupnorm_wide_f16_v8_k64", "float16", 163840) == 196608
     assert cfg("float16", 1, 8, 1, 256 * 256, True, *h100) == (stream16, 128, 128)
     assert cfg("float16", 16, 8, 1, 256 * 256, True, *h100) == (stream16, 1188, 128)
-    assert pl.groupnorm_workspace("fusion_groupnorm_wide_f32_v4_k32", 64, 81920) == 0
+    assert pl.groupnorm_workspace("fusion_groupnorm_wide_f16_v8_k64", 64, 163840) == 0
+    assert cfg("float32", 1, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 1, 1024)
+    assert cfg("float32", 8, 41, 1, 32 * 32, True, *a100) == ("fusion_groupnorm_wide_f32_v4_k32", 8, 1024)
+    assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k32", "float32", 81920) == 196608
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"  # 192 KB tail
     assert cfg("float32", 2, 320, 32, 128 * 128, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"
     # (an sm_90 device with less shared memory: the stream path where the wide tail does not fit)
-    assert cfg("float32", 8, 640, 32, 64 * 64, True, 132, 101376) == (stream32, 1320, 128)
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, 132, 101376) == (stream16, 1188, 128)
     assert cfg("float32", 8, 640, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"  # scalar packs
     assert pl.groupnorm_smem("fusion_groupnorm_staged_f32_v4_k40", "float32", 40960) == 163840
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k32", "float32", 81920) == 196608
@@ -342,7 +340,7 @@ def _groupnorm_instantiations() -> set[str]:
 
 def test_groupnorm_policy_mirrors_the_instantiations():
     names = _groupnorm_instantiations()
-    assert len(names) == 2 * (6 + 3 + 2 + 2 + 1) + 1, sorted(names)  # fp32 alone: staged
+    assert len(names) == 2 * (6 + 3 + 2 + 2 + 1) + 1 - 1, sorted(names)  # fp32 alone: staged; fp16 alone: wide k48
     picked = {pl.groupnorm_plan(dtype, rows, cols, vec, *device)[0] for dtype in pl.GROUPNORM_DTYPES
               for rows in (1, 4096) for cols in GN_COLS for vec in (True, False) for device in DEVICES}  # fmt: skip
     assert picked <= names, sorted(picked - names)  # the policy launches only what exists

@@ -907,12 +907,13 @@ GROUPNORM_PAIR_THREADS = 512  # fp16 there: the wide kernel in CTAs this size, t
 GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 # The wide kernels' (pack width, K of the register head, loads the next head ahead and reduces its
 # head first), in the launcher's order of preference.
-GROUPNORM_WIDE = ((4, 24, True), (4, 32, False), (8, 48, True), (8, 64, False))
+GROUPNORM_WIDE = ((4, 32, False), (8, 48, True), (8, 64, False))
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
-# The stream path (sm_90+, groups past the wide path): 128-thread CTAs, this many an SM per pack
-# width, chunks of 4 packs a thread, a partial polled this often before its CTA computes it.
+# The stream path (sm_90+: fp32 groups past the registers, fp16 ones past the wide path): 128-thread
+# CTAs, this many an SM, chunks of 4 packs a thread, a partial polled this often before its CTA
+# computes it.
 GROUPNORM_STREAM_THREADS = 128
-GROUPNORM_STREAM_CTAS = {4: 10, 8: 9}
+GROUPNORM_STREAM_CTAS = 9
 GROUPNORM_STREAM_PACKS = 4
 GROUPNORM_STREAM_PATIENCE = 64
 # Elements per thread of the register path, per pack width (1: scalar, where K above 24 spills).
@@ -946,12 +947,12 @@ def groupnorm_stream_chunks(vec: int, cols: int) -> int:
 
 def groupnorm_stream_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int) -> tuple[str, int, int] | None:
     """(name, grid, block) of the stream launch for ``rows`` groups of ``cols`` elements: the
-    chunks on GROUPNORM_STREAM_CTAS CTAs an SM (at most one a chunk); None without ``stage_sms``
-    or past its int chunk count."""
+    chunks on GROUPNORM_STREAM_CTAS CTAs an SM (at most one a chunk); None without ``stage_sms``,
+    for scalar packs or past its int chunk count."""
     chunks = groupnorm_stream_chunks(vec, cols)
-    if stage_sms <= 0 or vec not in GROUPNORM_STREAM_CTAS or cols > _INT_MAX or rows > _INT_MAX // chunks:
+    if stage_sms <= 0 or vec != _VEC_MAX[dtype] or cols > _INT_MAX or rows > _INT_MAX // chunks:
         return None
-    grid = min(rows * chunks, stage_sms * GROUPNORM_STREAM_CTAS[vec])
+    grid = min(rows * chunks, stage_sms * GROUPNORM_STREAM_CTAS)
     return groupnorm_stream_kernel(dtype, vec), grid, GROUPNORM_STREAM_THREADS
 
 
@@ -1019,10 +1020,11 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
                    smem_optin: int = 0) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
     the register path with the smallest K whose CTA has at most 256 threads, else the largest K
-    that fits 1024 threads; a group past that, with 16-byte packs, the wide path where its tail
-    fits ``smem_optin`` (the device's opt-in shared memory per CTA, less GROUPNORM_STATIC_SMEM),
-    else the stream path where ``stage_sms`` (groupnorm_stream_launch; groupnorm_workspace gives
-    its workspace); else the loop path.  A register-path CTA over 512 threads fills an SM: with ``stage_sms``
+    that fits 1024 threads; a group past that, with 16-byte packs: in fp32 the stream path where
+    ``stage_sms`` (groupnorm_stream_launch; groupnorm_workspace gives its workspace), else the
+    wide path where its tail fits ``smem_optin`` (the device's opt-in shared memory per CTA, less
+    GROUPNORM_STATIC_SMEM), else (fp16) the stream path; else the loop path.  A register-path CTA
+    over 512 threads fills an SM: with ``stage_sms``
     (the device's SM count where it runs the staged and stream kernels, sm_90+) and the group
     within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs; fp16 takes
     groupnorm_pair_launch there.  The wide path runs on min(rows, stage_sms) CTAs where
@@ -1036,11 +1038,11 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
     if not fits:
         if vec > 1:
-            launch = groupnorm_wide_launch(dtype, vec, rows, cols, stage_sms, smem_optin)
-            if launch is None:
-                launch = groupnorm_stream_launch(dtype, vec, rows, cols, stage_sms)
-            if launch:
-                return launch
+            stream = groupnorm_stream_launch(dtype, vec, rows, cols, stage_sms)
+            wide = None if dtype == "float32" and stream else groupnorm_wide_launch(
+                dtype, vec, rows, cols, stage_sms, smem_optin)
+            if wide or stream:
+                return wide or stream
         return f"fusion_groupnorm_loop_{tag}_v{vec}", min(rows, _INT_MAX), GROUPNORM_THREADS
     k, block = next(((k, b) for k, b in fits if b <= GROUPNORM_TARGET_THREADS), fits[-1])
     staged = groupnorm_staged_kernel(dtype, vec, k)

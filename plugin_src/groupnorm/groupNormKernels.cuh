@@ -149,9 +149,10 @@ struct GroupRow
 // 2-5 points slower: its build spills).  tail: shared packs tid, tid + step, ... below tailPacks,
 // this thread's cp.async copies (no other thread reads them), which the statistics wait for.
 // HEAD_FIRST: the pivot and the head's sums before that wait, for a head loaded ahead: the SM
-// reduces its head while its tail still lands (fp32 8 x 640 x 64 x 64: 0.87 -> 0.90 of the
-// copy, the bound measured with no statistics at all; on the K = 64 kernel, which asks for its
-// head at the row's top, -1 to +0.5 points: the sweep's ab_head_first).
+// reduces its head while its tail still lands (fp16 K = 48 at 8 x 320 x 128 x 128: 0.82 ->
+// 0.84-0.85 of the copy; fp32 K = 24, since replaced by the stream path, 0.87 -> 0.90 at 8 x 640
+// x 64 x 64, the bound measured with no statistics at all; on the K = 64 kernel, which asks for
+// its head at the row's top, -1 to +0.5 points: the sweep's ab_head_first).
 template <typename T, int VEC, int N, bool HEAD_FIRST>
 __device__ __forceinline__ RowStats onePassStats(Pack<T, VEC> const (&cache)[N], Pack<T, VEC> const* tail, int tid,
     int step, int tailPacks, float inverseCols, float eps, float* buf, float2* buf2)
@@ -378,12 +379,13 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
     }
 }
 
-// The stream path's shape: CTAs of STREAM_THREADS, STREAM_CTAS(VEC) of them an SM (its launch
-// bounds: 48 / 56 registers; fp16 spills 148 bytes at 48), each chunk STREAM_PACKS packs a
-// thread (8 KB of fp32 or fp16); the launcher gives each chunk a 64-bit word of workspace.  A
-// CTA polls a missing partial STREAM_PATIENCE times before computing it itself.
+// The stream path's shape: CTAs of STREAM_THREADS, STREAM_CTAS of them an SM (its launch
+// bounds: 56 registers; at 48, 10 CTAs an SM, fp32 spills 24 bytes and measured 1.5-4 points
+// slower, fp16 148 bytes), each chunk STREAM_PACKS packs a thread (8 KB of fp32 or fp16); the
+// launcher gives each chunk a 64-bit word of workspace.  A CTA polls a missing partial
+// STREAM_PATIENCE times before computing it itself.
 #define FUSION_GROUPNORM_STREAM_THREADS 128
-#define FUSION_GROUPNORM_STREAM_CTAS(VEC) ((VEC) == 4 ? 10 : 9)
+#define FUSION_GROUPNORM_STREAM_CTAS 9
 #define FUSION_GROUPNORM_STREAM_PACKS 4
 #define FUSION_GROUPNORM_STREAM_PATIENCE 64
 
@@ -567,10 +569,10 @@ __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chu
 // like a copy; the partials B needs were published a step earlier, and warp 0 asks for them at
 // the step's top.  No CTA depends on another being resident (a concurrent kernel may hold the
 // SMs): a partial still missing after `patience` polls is computed by the waiting CTA itself from
-// x, with the owner's arithmetic, so it writes the same bits.  Measured against the policy of
-// the time (the sweep's ab_stream, same call): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the
-// copy (a cluster of 8 before), with SiLU 0.82 -> 0.92; 2-4 CTAs an SM, 16-32 KB chunks and the
-// chunk re-read from L2 instead of held were 0.2-0.86.
+// x, with the owner's arithmetic, so it writes the same bits.  Measured (the sweep's ab_stream,
+// same calls): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the copy (a cluster of 8 before), with
+// SiLU 0.82 -> 0.91; with 2-4 CTAs an SM, 16-32 KB chunks, the chunk re-read from L2 instead of
+// held, or no barrier a step (every warp merging the partials itself) 0.2-0.86.
 template <typename T, int VEC>
 __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial,
@@ -829,24 +831,26 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // (one wave; ab_pair_k).
 // Wide: groups the registers cannot hold (fp32 > 40960, fp16 > 81920 elements) with 16-byte packs,
 // where the tail fits the device's shared memory (H100: fp32 <= 90624, fp16 <= 181248): K = 32 /
-// 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7% slower).  CTAs
-// that take rows in turn (one an SM, more rows than SMs) load the next row's head ahead where its
-// tail fits (K = 24 / 48, H100: groups <= 82432 / 164864), reducing it while the tail still lands:
-// fp32 8 x 640 x 64 x 64 0.87 -> 0.90 of the copy, with SiLU 0.86 -> 0.88; fp16 8 x 320 x 128 x
-// 128 0.82 -> 0.84-0.85, with SiLU 0.79 -> 0.81 (ab_head_ahead, ab_head_first; K = 32 / 64 ahead
-// spill 64 / 176 bytes and measured 0.82 / 0.69).  Measured on SDXL's groups (x >= 40 MB): fp32
-// 640 x 64 x 64 0.34 -> 0.79-0.80 of the copy (0.93x -> 2.1x torch), fp16 320 x 128 x 128 0.22 ->
-// 0.72-0.75 (1.0x -> 3.4x torch); with the next group's tail loaded as each CTA writes (one CTA an
-// SM), 0.83 and 0.74-0.79 (ab_next_row: the same for the register head measured 0.56-0.71 where it
-// was 0.82-0.92, so only the shared tail is loaded ahead); with one-pass statistics, 0.85 and
-// 0.78-0.82 (ab_one_pass, the same call: +1.5 to +7 points on every wide and pair launch).
-// Stream: groups past the wide path too (fp32 > 90624, fp16 > 181248 elements on the H100), on
-// sm_90+ with 16-byte packs and a workspace (the launcher falls back to the loop path without
-// one): chunks of 4 packs a thread in 128-thread CTAs, 10 an SM.  Measured (the sweep's
+// 64, whose builds barely spill (K = 40 / 80 spill ~100 bytes and measured 5-7% slower).  fp16
+// CTAs that take rows in turn (one an SM, more rows than SMs) load the next row's head ahead
+// where its tail fits (K = 48, H100: groups <= 164864), reducing it while the tail still lands:
+// fp16 8 x 320 x 128 x 128 0.82 -> 0.84-0.85, with SiLU 0.79 -> 0.81 (ab_head_ahead,
+// ab_head_first; K = 64 ahead spills 176 bytes and measured 0.69; fp32's K = 24 ahead, 0.87 ->
+// 0.90 at 8 x 640 x 64 x 64, gave way to the stream path).  Measured on SDXL's groups (x >= 40
+// MB): fp32 640 x 64 x 64 0.34 -> 0.79-0.80 of the copy (0.93x -> 2.1x torch), fp16 320 x 128 x
+// 128 0.22 -> 0.72-0.75 (1.0x -> 3.4x torch); with the next group's tail loaded as each CTA
+// writes (one CTA an SM), 0.83 and 0.74-0.79 (ab_next_row: the same for the register head
+// measured 0.56-0.71 where it was 0.82-0.92, so only the shared tail is loaded ahead); with
+// one-pass statistics, 0.85 and 0.78-0.82 (ab_one_pass, the same call: +1.5 to +7 points on
+// every wide and pair launch).
+// Stream: on sm_90+ with 16-byte packs and a workspace (the launcher falls back without one),
+// fp32 groups past the registers and fp16 ones past the wide path (> 181248 elements on the
+// H100): chunks of 4 packs a thread in 128-thread CTAs, 9 an SM.  Measured (the sweep's
 // ab_stream, same calls): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the copy, with SiLU 0.82 ->
-// 0.92, against the cluster path it replaces (a group over a cluster of 8 CTAs holding it in
-// registers, sums by st.async: the loop's 0.42 -> 0.83); on the wide path's and the fp16 pairs'
-// groups it measured -1 to +1 point (fp32) and 1-8 points below (fp16), so those keep theirs.
+// 0.91, against the cluster path it replaces (a group over a cluster of 8 CTAs holding it in
+// registers, sums by st.async: the loop's 0.42 -> 0.83); fp32 8 / 16 x 640 x 64 x 64 0.89 /
+// 0.90 -> 0.91 / 0.92 against the wide path, with SiLU 0.88 / 0.905 -> 0.875 / 0.91; on the fp16
+// wide and pair launches' groups 2-6 points below, so those keep theirs.
 // FUSION_GROUPNORM_STATIC_SMEM: what the opt-in must also leave for the kernels' static shared
 // memory (buf, the barrier).
 #define FUSION_GROUPNORM_THREADS 1024
@@ -875,7 +879,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // where CTAs take rows in turn, or where pairs start as others end.
 #define FUSION_GROUPNORM_STAGED_KERNELS(XS) XS(f32, float, 4, 40)
 #define FUSION_GROUPNORM_WIDE_KERNELS(XW)                                                                          \
-    XW(f32, float, 4, 24, true) XW(f32, float, 4, 32, false)                                                       \
+    XW(f32, float, 4, 32, false)                                                                                   \
     XW(f16, __half, 8, 48, true) XW(f16, __half, 8, 64, false)
 // XS(tn, T, vec) for the stream kernels.
 #define FUSION_GROUPNORM_STREAM_KERNELS(XS) XS(f32, float, 4) XS(f16, __half, 8)
@@ -906,7 +910,7 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
         unsigned long long* __restrict__ partials, int patience)
 
 #define FUSION_GROUPNORM_DEFINE_STREAM(TN, T, VEC)                                                                 \
-    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_STREAM_THREADS, FUSION_GROUPNORM_STREAM_CTAS(VEC)) \
+    extern "C" __global__ void __launch_bounds__(FUSION_GROUPNORM_STREAM_THREADS, FUSION_GROUPNORM_STREAM_CTAS)    \
         fusion_groupnorm_stream_##TN##_v##VEC FUSION_GROUPNORM_STREAM_PARAMS(T)                                    \
     {                                                                                                              \
         fusion_kernels::groupNormStreamRows<T, VEC>(                                                               \

@@ -214,15 +214,17 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     }
     else if (pick == nullptr && vec > 1)
     {
-        // One CTA an SM (sm_90+), each taking its rows in turn and loading its next group as it
-        // writes this one.
+        // sm_90+: fp32 takes the stream path (chunks on STREAM_CTAS CTAs an SM, taking them in
+        // turn; the kernel counts them in int); fp16 the wide path, one CTA an SM, each taking its
+        // rows in turn and loading its next group as it writes this one, else the stream path.
+        // Elsewhere the wide path, one CTA a group.
         bool const rowsInTurn = device.stageSms > 0 && rows > device.stageSms;
         KernelEntry const* wide = wideKernel(typeName, vec, nv, FUSION_GROUPNORM_THREADS, smemFree, rowsInTurn);
-        KernelEntry const* stream = device.stageSms > 0
+        int64_t const chunks = (nv + kStreamChunkPacks - 1) / kStreamChunkPacks; // a group's
+        KernelEntry const* stream = device.stageSms > 0 && cols <= INT_MAX && rows <= INT_MAX / chunks
             ? findKernel(std::begin(kStreamKernels), std::end(kStreamKernels), typeName, vec)
             : nullptr;
-        int64_t const chunks = (nv + kStreamChunkPacks - 1) / kStreamChunkPacks; // a group's
-        if (wide != nullptr)
+        if (wide != nullptr && !(f32 && stream != nullptr))
         {
             use = wide;
             plan.block = FUSION_GROUPNORM_THREADS;
@@ -232,11 +234,10 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
                 plan.grid = device.stageSms;
             }
         }
-        else if (stream != nullptr && cols <= INT_MAX && rows <= INT_MAX / chunks)
+        else if (stream != nullptr)
         {
-            // Chunks on STREAM_CTAS CTAs an SM, taking them in turn (the kernel counts them in int).
             use = stream;
-            int64_t const resident = static_cast<int64_t>(device.stageSms) * FUSION_GROUPNORM_STREAM_CTAS(vec);
+            int64_t const resident = static_cast<int64_t>(device.stageSms) * FUSION_GROUPNORM_STREAM_CTAS;
             plan.grid = rows * chunks < resident ? rows * chunks : resident;
             plan.block = FUSION_GROUPNORM_STREAM_THREADS;
             plan.smem = kStreamSmem;

@@ -35,13 +35,13 @@ CASES = [
     ((1, 56, 32, 32), 2, 0),  # cols 28672: v4_k40 / v8_k80
     ((2, 320, 64, 64), 32, 0),  # SD-UNet 320x64x64, cols 40960: v4_k40 (1024 threads; staged) / v8_k80
     ((200, 24, 32, 32), 1, 0),  # cols 24576: v4_k40 in 640 threads (staged: 200 rows > SMs) / v8_k80
-    ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: wide_k32 / wide_k64 in 512 threads
+    ((1, 80, 32, 32), 1, 0),  # SDXL's 640x64x64 groups, cols 81920: stream [wide_k32] / wide_k64 in 512 threads
     ((1, 4096, 3, 3), 1, 0),  # cols 36864, spatial 9: v4_k40 / v8_k80, packs span channels
-    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: wide_k32 (a 36 KB tail) / wide_k64 in 512 threads (18 KB)
-    ((140, 41, 32, 32), 1, 0),  # 140 groups of 41984 > SMs: wide_k24, the next head ahead [wide_k32] / as above
+    ((1, 41, 32, 32), 1, 0),  # cols 41984 > 1024 x 40: stream, 21 chunks [wide_k32, a 36 KB tail] / wide_k64 in 512 threads
+    ((140, 41, 32, 32), 1, 0),  # 140 groups of 41984: stream [wide_k32] / as above
     ((300, 41, 32, 32), 1, 0),  # 300 groups of 41984 > 2 x SMs: as above / wide_k48 in 512 threads, head first
-    ((140, 82, 32, 32), 1, 0),  # 140 groups of 83968 > SMs: wide_k32 (K = 24's tail too big) / wide_k48, head ahead
-    ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: wide_k32, packs span channels / loop (scalar)
+    ((140, 82, 32, 32), 1, 0),  # 140 groups of 83968 > SMs: stream [wide_k32] / wide_k48, the next head ahead
+    ((3, 20, 2601), 1, 0),  # cols 52020, spatial 2601: stream, packs span channels [wide_k32] / loop (scalar)
     ((1, 64, 64, 64), 2, 0),  # cols 131072: stream, 64 chunks [loop; a 384 KB tail] / wide_k64 (128 KB)
     ((1, 48, 47, 49), 1, 0),  # cols 110544, spatial 2303: stream, packs span channels [loop] / wide_k64
     ((3, 30, 7), 5, 0),  # C / G = 6, spatial 7, cols 42: v1_k8 (no aligned rows)
@@ -237,7 +237,7 @@ def test_groupnorm_staged_is_the_register_path_bit_for_bit(cp, module, silu):
         np.testing.assert_array_equal(run(groupnorm_staged_kernel(dtype, vec, k), grid), want, err_msg=str(grid))
 
 
-WIDE = [("float32", 4, 24), ("float32", 4, 32), ("float16", 8, 64)]
+WIDE = [("float32", 4, 32), ("float16", 8, 48), ("float16", 8, 64)]
 
 
 @pytest.mark.gpu
@@ -245,7 +245,7 @@ WIDE = [("float32", 4, 24), ("float32", 4, 32), ("float16", 8, 64)]
 @pytest.mark.parametrize("kernel", WIDE, ids=[f"{d}_v{v}_k{k}" for d, v, k in WIDE])
 def test_groupnorm_wide_rows_grid_strided(cp, module, kernel, block):
     """The wide path on fewer CTAs than groups: each CTA reuses its shared tail row after row,
-    loading its next row's tail as it writes (and its head, fp32 K = 24) (uneven: 10 rows on 3
+    loading its next row's tail as it writes (and its head, fp16 K = 48) (uneven: 10 rows on 3
     CTAs); a tail of one pack less than the threads, so some threads hold none.  In 1024-thread
     CTAs and in the 512-thread ones fp16 takes where a register-path CTA would fill the SM."""
     dtype, vec, k = kernel
