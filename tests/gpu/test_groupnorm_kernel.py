@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from fusion.plugins.library import (
-    GROUPNORM_STREAM_THREADS, device_groupnorm_limits, groupnorm_blocks, groupnorm_launch_config, groupnorm_reg_kernel,
-    groupnorm_staged_kernel, groupnorm_stream_kernel, groupnorm_stream_launch, groupnorm_wide_kernel, launch_groupnorm,
-    load_kernel_module)  # fmt: skip
+    GROUPNORM_STATIC_SMEM, GROUPNORM_STREAM_THREADS, device_groupnorm_limits, groupnorm_blocks, groupnorm_launch_config,
+    groupnorm_reg_kernel, groupnorm_smem, groupnorm_staged_kernel, groupnorm_stream_kernel, groupnorm_stream_launch,
+    groupnorm_wide_kernel, launch_groupnorm, load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
@@ -257,19 +257,31 @@ def test_groupnorm_wide_rows_grid_strided(cp, module, kernel, block):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", ["policy", "wide"])
 @pytest.mark.parametrize("data", ["tiny_spread", "sampled_part_off", "outlier_first"])
 @pytest.mark.parametrize("shape", [(2, 384, 64, 64), (1, 320, 128, 128)], ids=["g49152", "g163840"])
 @pytest.mark.parametrize("dtype", sorted(TOL))
-def test_groupnorm_wide_one_pass_statistics(cp, module, dtype, shape, data):
-    """The wide path's one-pass statistics (about the mean of each thread's first pack) against
-    float64 on the data that breaks a careless one-pass variance: a spread far below the mean,
-    the sampled packs' region far from the rest of the group, an outlier as the first element.
-    (fp32 groups of 49152 take the wide path, fp16 ones the wide kernel in 512 threads; groups of
-    163840 the wide path in fp16, the stream path in fp32.)"""
+def test_groupnorm_large_group_statistics(cp, module, dtype, shape, data, path):
+    """The statistics of the paths past the registers against float64 on the data that breaks a
+    careless variance: a spread far below the mean, the sampled packs' region far from the rest of
+    the group, an outlier as the first element.  The wide path's one pass (about the mean of each
+    thread's first pack), the stream path's chunks (two passes each about its first element,
+    merged about chunk 0's mean).  path "policy": the launcher's pick on this device (H100: fp32
+    the stream path, fp16 the wide kernel in 512 or 1024 threads); "wide": the wide kernel on one
+    CTA a group where its tail fits the device."""
+    cols = shape[1] // 32 * shape[2] * shape[3]
     limits = device_groupnorm_limits()
-    name = groupnorm_launch_config(dtype, shape[0], shape[1], 32, shape[2] * shape[3], True, *limits)[0]
-    if "_wide_" not in name:
-        pytest.skip(f"{dtype} {shape} takes {name} here")
+    config = None
+    if path == "wide":
+        vec, k = (4, 32) if dtype == "float32" else (8, 64)
+        name = groupnorm_wide_kernel(dtype, vec, k)
+        if not 0 < groupnorm_smem(name, dtype, cols) <= limits[1] - GROUPNORM_STATIC_SMEM:
+            pytest.skip(f"{name}'s tail does not fit this device")
+        config = (name, shape[0] * 32, 1024)
+    else:
+        name = groupnorm_launch_config(dtype, shape[0], shape[1], 32, shape[2] * shape[3], True, *limits)[0]
+        if "_wide_" not in name and "_stream_" not in name:
+            pytest.skip(f"{dtype} {shape} takes {name} here")
     rng = np.random.default_rng(11)
     x = rng.standard_normal(shape)
     rows = x.reshape(shape[0] * 32, -1)
@@ -284,8 +296,8 @@ def test_groupnorm_wide_one_pass_statistics(cp, module, dtype, shape, data):
     g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
     b = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
     dx, dg, db, dy = cp.asarray(x), cp.asarray(g), cp.asarray(b), cp.full(shape, np.nan, dtype=dtype)
-    launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], 32,
-                     shape[2] * shape[3], 1e-5, False)  # fmt: skip
+    assert launch_groupnorm(module, dtype, dx.data.ptr, dg.data.ptr, db.data.ptr, dy.data.ptr, shape[0], shape[1], 32,
+                            shape[2] * shape[3], 1e-5, False, config) == name  # fmt: skip
     atol, rtol = TOL[dtype]
     np.testing.assert_allclose(cp.asnumpy(dy).astype(np.float64), reference(x, g, b, 32, 1e-5, False), atol=atol,
                                rtol=rtol)  # fmt: skip
