@@ -389,14 +389,16 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
 #define FUSION_GROUPNORM_STREAM_PACKS 4
 #define FUSION_GROUPNORM_STREAM_PATIENCE 64
 
-// A chunk's (mean, M2) as one 64-bit word: one relaxed store, so a reader sees both or neither.
-// Unwritten words are all ones (the launcher fills the workspace with 0xFF); a mean with all
-// bits set (a NaN) is stored as another NaN.
+// A chunk's statistics as one 64-bit word, (mean - x0, M2) with x0 its first element, which the
+// merge reads from x again: a mean itself, rounded to fp32, is off by up to 2^-24 |mean|, which
+// for a group of mean 1000 and spread 0.1 moves every output 3e-4.  One relaxed store, so a
+// reader sees both halves or neither; unwritten words are all ones (the launcher fills the
+// workspace with 0xFF), so a shift with all bits set (a NaN) is stored as another NaN.
 constexpr unsigned long long kNoMoments = ~0ULL;
 
-__device__ __forceinline__ void storeMoments(unsigned long long* slot, float mean, float m2)
+__device__ __forceinline__ void storeMoments(unsigned long long* slot, float shift, float m2)
 {
-    unsigned const lo = __float_as_uint(mean);
+    unsigned const lo = __float_as_uint(shift);
     unsigned long long const v
         = (static_cast<unsigned long long>(__float_as_uint(m2)) << 32) | (lo == ~0U ? 0x7FFFFFFFU : lo);
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slot), "l"(v) : "memory");
@@ -409,7 +411,7 @@ __device__ __forceinline__ unsigned long long loadMoments(unsigned long long con
     return v;
 }
 
-__device__ __forceinline__ float momentsMean(unsigned long long v)
+__device__ __forceinline__ float momentsShift(unsigned long long v)
 {
     return __uint_as_float(static_cast<unsigned>(v));
 }
@@ -419,10 +421,20 @@ __device__ __forceinline__ float momentsM2(unsigned long long v)
     return __uint_as_float(static_cast<unsigned>(v >> 32));
 }
 
+__device__ __forceinline__ double warpSumDouble(double v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+    {
+        v += __shfl_xor_sync(0xFFFFFFFFU, v, o);
+    }
+    return v;
+}
+
 // A chunk's packs [start, end) of its row: thread tid's are start + tid + j * blockDim, pack(j)
 // gives them.  Two passes, as cachedStats: the mean of deviations from x0 (the chunk's first
-// element), then the squared deviations from the mean.  The owner and a CTA that computes a
-// missing chunk run this same arithmetic, so they write the same bits.
+// element), then the squared deviations from that mean; returns (mean - x0, M2).  The owner and
+// a CTA that computes a missing chunk run this same arithmetic, so they write the same bits.
 template <typename T, int VEC, int KP, typename PackAt>
 __device__ __forceinline__ float2 chunkMoments(PackAt pack, int start, int end, float x0, float (*buf)[32])
 {
@@ -436,37 +448,64 @@ __device__ __forceinline__ float2 chunkMoments(PackAt pack, int start, int end, 
             acc += packSum(pack(j), x0);
         }
     }
-    float const mean = x0 + blockSum(acc, buf[0]) / static_cast<float>((end - start) * VEC);
+    float const shift = blockSum(acc, buf[0]) / static_cast<float>((end - start) * VEC);
     float sq = 0.F;
 #pragma unroll
     for (int j = 0; j < KP; ++j)
     {
         if (first + j * static_cast<int>(blockDim.x) < end)
         {
-            sq += packSquares(pack(j), mean, 0.F);
+            sq += packSquares(pack(j), x0, shift);
         }
     }
-    return make_float2(mean, blockSum(sq, buf[1]));
+    return make_float2(shift, blockSum(sq, buf[1]));
 }
 
-// Warp 0: whether all `chunks` partials of a group are written, polling up to `patience` more
-// times.  pv holds lane + 32 r's, read ahead by the caller (later ones are read here).
-template <int MS>
-__device__ __forceinline__ bool pollMoments(
-    unsigned long long (&pv)[MS], unsigned long long const* parts, int chunks, int patience)
+// The partials and first elements of a group's first kAhead chunks, which warp 0 asks for at the
+// step's top (cp.async into shared memory: no registers held across the step's reductions).
+constexpr int kAhead = 96;
+
+template <typename P>
+struct GroupAhead
+{
+    unsigned long long parts[kAhead + 2]; // from the 16-byte boundary at or below the first
+    P first[kAhead];                      // each chunk's first pack
+};
+
+// Warp 0: asks for row's partials (parts[0..chunks)) and its chunks' first packs (row + i * chunkPacks).
+template <typename P>
+__device__ __forceinline__ void askAhead(
+    GroupAhead<P>& ahead, unsigned long long const* parts, P const* row, int chunks, int chunkPacks)
 {
     int const lane = threadIdx.x & 31;
+    int const n = min(chunks, kAhead);
+    int const off = static_cast<int>(reinterpret_cast<unsigned long long>(parts) / 8 & 1U);
+    for (int k = lane; k < (off + n + 1) / 2; k += 32)
+    {
+        copyAsync16(&ahead.parts[2 * k], parts - off + 2 * k, 0); // (the workspace has 16 bytes to spare)
+    }
+    for (int i = lane; i < n; i += 32)
+    {
+        copyAsync16(&ahead.first[i], row + i * chunkPacks, 0);
+    }
+}
+
+// Warp 0: whether all `chunks` partials of a group are written (those past kAhead read here),
+// asking again up to `patience` times; the shared copies then hold what was read.
+template <typename P>
+__device__ __forceinline__ bool pollMoments(
+    GroupAhead<P>& ahead, unsigned long long const* parts, int chunks, int patience)
+{
+    int const lane = threadIdx.x & 31;
+    int const off = static_cast<int>(reinterpret_cast<unsigned long long>(parts) / 8 & 1U);
+    copyAsyncWait();
+    __syncwarp();
     for (int tries = 0;; ++tries)
     {
         bool ok = true;
-#pragma unroll
-        for (int r = 0; r < MS; ++r)
+        for (int i = lane; i < chunks; i += 32)
         {
-            ok = ok && (lane + 32 * r >= chunks || pv[r] != kNoMoments);
-        }
-        for (int i = lane + 32 * MS; i < chunks; i += 32)
-        {
-            ok = ok && loadMoments(parts + i) != kNoMoments;
+            ok = ok && (i < kAhead ? ahead.parts[off + i] : loadMoments(parts + i)) != kNoMoments;
         }
         if (__all_sync(0xFFFFFFFFU, ok))
         {
@@ -477,56 +516,48 @@ __device__ __forceinline__ bool pollMoments(
             return false;
         }
         __nanosleep(64);
-#pragma unroll
-        for (int r = 0; r < MS; ++r)
+        for (int i = lane; i < min(chunks, kAhead); i += 32)
         {
-            pv[r] = lane + 32 * r < chunks ? loadMoments(parts + lane + 32 * r) : kNoMoments;
+            ahead.parts[off + i] = loadMoments(parts + i);
         }
     }
 }
 
-// Warp 0: the group's statistics from its chunks' partials (Chan's merge about chunk 0's mean:
-// shift = sum n_i (m_i - p) / cols, M2 = sum M2_i + n_i (m_i - p - shift)^2), in the same order
-// in every CTA, so every chunk of a group is written with the same statistics.
-template <int MS>
-__device__ __forceinline__ RowStats mergeMoments(unsigned long long const (&pv)[MS],
-    unsigned long long const* parts, int chunks, long long chunkElems, long long cols, float eps)
+// Warp 0: the group's statistics from its chunks' partials and first elements x0 (those past
+// kAhead read from global memory), merged in double (Chan: mean = sum n_i m_i / cols with m_i =
+// x0_i + shift_i, M2 = sum M2_i + n_i (m_i - mean)^2), in the same order in every CTA, so every
+// chunk of a group is written with the same statistics.  The mean comes back as the fp32 pivot
+// nearest it and the residual, as the other paths' (x - pivot) - shift wants.
+template <typename P>
+__device__ __forceinline__ RowStats mergeMoments(GroupAhead<P> const& ahead, unsigned long long const* parts,
+    P const* row, int chunks, int chunkPacks, long long cols, float eps)
 {
+    constexpr int VEC = sizeof(P::v) / sizeof(P::v[0]);
     int const lane = threadIdx.x & 31;
-    auto count = [&](int i) { return static_cast<float>(min(chunkElems, cols - i * chunkElems)); };
-    float const pivot = __shfl_sync(0xFFFFFFFFU, momentsMean(pv[0]), 0);
-    float a = 0.F;
-#pragma unroll
-    for (int r = 0; r < MS; ++r)
+    int const off = static_cast<int>(reinterpret_cast<unsigned long long>(parts) / 8 & 1U);
+    long long const chunkElems = static_cast<long long>(chunkPacks) * VEC;
+    auto count = [&](int i) { return static_cast<double>(min(chunkElems, cols - i * chunkElems)); };
+    auto mean = [&](int i, unsigned long long& v) {
+        v = i < kAhead ? ahead.parts[off + i] : loadMoments(parts + i);
+        P const first = i < kAhead ? ahead.first[i] : row[static_cast<long long>(i) * chunkPacks];
+        return static_cast<double>(toFloat(first.v[0])) + momentsShift(v);
+    };
+    double a = 0.0;
+    unsigned long long v;
+    for (int i = lane; i < chunks; i += 32)
     {
-        if (lane + 32 * r < chunks)
-        {
-            a += count(lane + 32 * r) * (momentsMean(pv[r]) - pivot);
-        }
+        a += count(i) * mean(i, v);
     }
-    for (int i = lane + 32 * MS; i < chunks; i += 32)
+    double const mu = warpSumDouble(a) / static_cast<double>(cols);
+    double q = 0.0;
+    for (int i = lane; i < chunks; i += 32)
     {
-        a += count(i) * (momentsMean(loadMoments(parts + i)) - pivot);
-    }
-    float const shift = warpSum(a) / static_cast<float>(cols);
-    float q = 0.F;
-#pragma unroll
-    for (int r = 0; r < MS; ++r)
-    {
-        if (lane + 32 * r < chunks)
-        {
-            float const d = (momentsMean(pv[r]) - pivot) - shift;
-            q += momentsM2(pv[r]) + count(lane + 32 * r) * d * d;
-        }
-    }
-    for (int i = lane + 32 * MS; i < chunks; i += 32)
-    {
-        unsigned long long const v = loadMoments(parts + i);
-        float const d = (momentsMean(v) - pivot) - shift;
+        double const d = mean(i, v) - mu;
         q += momentsM2(v) + count(i) * d * d;
     }
-    float const var = fmaxf(warpSum(q) / static_cast<float>(cols), 0.F);
-    return RowStats{pivot, shift, rsqrtf(var + eps)};
+    float const var = fmaxf(static_cast<float>(warpSumDouble(q) / static_cast<double>(cols)), 0.F);
+    float const pivot = static_cast<float>(mu);
+    return RowStats{pivot, static_cast<float>(mu - pivot), rsqrtf(var + eps)};
 }
 
 // A CTA's rare path: the partials of row x's chunks still unwritten, computed here with their
@@ -579,11 +610,11 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
     float eps, int silu, unsigned long long* __restrict__ partials, int patience)
 {
     constexpr int KP = FUSION_GROUPNORM_STREAM_PACKS;
-    constexpr int MS = 3; // partials warp 0's lanes read ahead: groups of <= 96 chunks
     using P = Pack<T, VEC>;
     extern __shared__ __align__(16) unsigned char streamStash[]; // [2][KP * blockDim] packs
     __shared__ float buf[2][32];
     __shared__ float4 stat[2];
+    __shared__ GroupAhead<P> ahead;
     __shared__ int helping;
     __shared__ int gap;
     P* const stash = reinterpret_cast<P*>(streamStash);
@@ -635,18 +666,13 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         int rowB = 0;
         int startB = 0;
         int endB = 0;
-        unsigned long long pv[MS];
         if (tb >= 0)
         {
             bounds(tb, rowB, startB, endB);
             if (tid < 32)
             {
-#pragma unroll
-                for (int r = 0; r < MS; ++r)
-                {
-                    pv[r] = tid + 32 * r < chunks ? loadMoments(partials + tb - (tb % chunks) + tid + 32 * r)
-                                                  : kNoMoments;
-                }
+                askAhead(ahead, partials + rowB * chunks, reinterpret_cast<P const*>(x + rowB * cols), chunks,
+                    chunkPacks);
             }
         }
         P* const mine = stash + (k & 1) * chunkPacks;
@@ -679,7 +705,7 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         unsigned long long* const parts = partials + rowB * chunks;
         if (tid < 32)
         {
-            bool const ready = pollMoments<MS>(pv, parts, chunks, patience);
+            bool const ready = pollMoments(ahead, parts, chunks, patience);
             if (tid == 0)
             {
                 helping = !ready;
@@ -691,18 +717,19 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
             missingMoments<T, VEC, KP>(x + rowB * cols, rowPacks, chunks, parts, buf, &gap);
             if (tid < 32)
             {
-#pragma unroll
-                for (int r = 0; r < MS; ++r)
+                // all written now: refresh the shared copies
+                for (int i = tid; i < min(chunks, kAhead); i += 32)
                 {
-                    pv[r] = tid + 32 * r < chunks ? loadMoments(parts + tid + 32 * r) : kNoMoments;
+                    ahead.parts[(reinterpret_cast<unsigned long long>(parts) / 8 & 1U) + i] = loadMoments(parts + i);
                 }
+                __syncwarp();
             }
         }
         load(t + grid); // the next chunk's loads fly while this step writes
         if (tid < 32)
         {
             RowStats const s
-                = mergeMoments<MS>(pv, parts, chunks, static_cast<long long>(chunkPacks) * VEC, cols, eps);
+                = mergeMoments(ahead, parts, reinterpret_cast<P const*>(x + rowB * cols), chunks, chunkPacks, cols, eps);
             if (tid == 0)
             {
                 stat[k & 1] = make_float4(s.pivot, s.shift, s.scale, 0.F);
