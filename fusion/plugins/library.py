@@ -957,10 +957,9 @@ def groupnorm_stream_launch(dtype: str, vec: int, rows: int, cols: int, stage_sm
 
 
 def groupnorm_workspace(name: str, rows: int, cols: int) -> int:
-    """Workspace bytes of a GroupNorm launch: a 64-bit partial a chunk and 16 bytes past them (the
-    stream kernels read them in 16-byte pairs), else 0."""
+    """Workspace bytes of a GroupNorm launch: a 64-bit partial a chunk (stream kernels), else 0."""
     m = re.search(r"_stream_\w+_v(\d+)$", name)
-    return rows * groupnorm_stream_chunks(int(m.group(1)), cols) * 8 + 16 if m else 0
+    return rows * groupnorm_stream_chunks(int(m.group(1)), cols) * 8 if m else 0
 
 
 def groupnorm_smem(name: str, dtype: str, cols: int, block: int = GROUPNORM_THREADS) -> int:

@@ -389,16 +389,17 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
 #define FUSION_GROUPNORM_STREAM_PACKS 4
 #define FUSION_GROUPNORM_STREAM_PATIENCE 64
 
-// A chunk's statistics as one 64-bit word, (mean - x0, M2) with x0 its first element, which the
-// merge reads from x again: a mean itself, rounded to fp32, is off by up to 2^-24 |mean|, which
-// for a group of mean 1000 and spread 0.1 moves every output 3e-4.  One relaxed store, so a
-// reader sees both halves or neither; unwritten words are all ones (the launcher fills the
-// workspace with 0xFF), so a shift with all bits set (a NaN) is stored as another NaN.
+// A chunk's statistics as one 64-bit word, (mean - P, M2) with P its row's pivot (rowPivot):
+// a mean itself, rounded to fp32, is off by up to 2^-24 |mean|, which for a group of mean 1000
+// and spread 0.1 moves every output by 3e-4; its distance from a value of the group keeps the
+// spread's precision.  One relaxed store, so a reader sees both halves or neither; unwritten
+// words are all ones (the launcher fills the workspace with 0xFF), so a value with all bits set
+// (a NaN) is stored as another NaN.
 constexpr unsigned long long kNoMoments = ~0ULL;
 
-__device__ __forceinline__ void storeMoments(unsigned long long* slot, float shift, float m2)
+__device__ __forceinline__ void storeMoments(unsigned long long* slot, float dev, float m2)
 {
-    unsigned const lo = __float_as_uint(shift);
+    unsigned const lo = __float_as_uint(dev);
     unsigned long long const v
         = (static_cast<unsigned long long>(__float_as_uint(m2)) << 32) | (lo == ~0U ? 0x7FFFFFFFU : lo);
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slot), "l"(v) : "memory");
@@ -411,7 +412,7 @@ __device__ __forceinline__ unsigned long long loadMoments(unsigned long long con
     return v;
 }
 
-__device__ __forceinline__ float momentsShift(unsigned long long v)
+__device__ __forceinline__ float momentsDev(unsigned long long v)
 {
     return __uint_as_float(static_cast<unsigned>(v));
 }
@@ -421,22 +422,25 @@ __device__ __forceinline__ float momentsM2(unsigned long long v)
     return __uint_as_float(static_cast<unsigned>(v >> 32));
 }
 
-__device__ __forceinline__ double warpSumDouble(double v)
+// A row's pivot: the median of its first, middle and last elements, so one outlier (say the
+// first element) does not make it far from the group, where (x - P) would round.  Every CTA
+// computes it alike from the same three loads.
+template <typename T>
+__device__ __forceinline__ float rowPivot(T const* row, long long cols)
 {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-    {
-        v += __shfl_xor_sync(0xFFFFFFFFU, v, o);
-    }
-    return v;
+    float const a = toFloat(row[0]);
+    float const b = toFloat(row[cols / 2]);
+    float const c = toFloat(row[cols - 1]);
+    return fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
 }
 
 // A chunk's packs [start, end) of its row: thread tid's are start + tid + j * blockDim, pack(j)
 // gives them.  Two passes, as cachedStats: the mean of deviations from x0 (the chunk's first
-// element), then the squared deviations from that mean; returns (mean - x0, M2).  The owner and
-// a CTA that computes a missing chunk run this same arithmetic, so they write the same bits.
+// element), then the squared deviations from that mean; returns (mean - pivot, M2).  The owner
+// and a CTA that computes a missing chunk run this same arithmetic, so they write the same bits.
 template <typename T, int VEC, int KP, typename PackAt>
-__device__ __forceinline__ float2 chunkMoments(PackAt pack, int start, int end, float x0, float (*buf)[32])
+__device__ __forceinline__ float2 chunkMoments(
+    PackAt pack, int start, int end, float x0, float pivot, float (*buf)[32])
 {
     int const first = start + static_cast<int>(threadIdx.x);
     float acc = 0.F;
@@ -458,54 +462,27 @@ __device__ __forceinline__ float2 chunkMoments(PackAt pack, int start, int end, 
             sq += packSquares(pack(j), x0, shift);
         }
     }
-    return make_float2(shift, blockSum(sq, buf[1]));
+    return make_float2((x0 - pivot) + shift, blockSum(sq, buf[1]));
 }
 
-// The partials and first elements of a group's first kAhead chunks, which warp 0 asks for at the
-// step's top (cp.async into shared memory: no registers held across the step's reductions).
-constexpr int kAhead = 96;
-
-template <typename P>
-struct GroupAhead
-{
-    unsigned long long parts[kAhead + 2]; // from the 16-byte boundary at or below the first
-    P first[kAhead];                      // each chunk's first pack
-};
-
-// Warp 0: asks for row's partials (parts[0..chunks)) and its chunks' first packs (row + i * chunkPacks).
-template <typename P>
-__device__ __forceinline__ void askAhead(
-    GroupAhead<P>& ahead, unsigned long long const* parts, P const* row, int chunks, int chunkPacks)
-{
-    int const lane = threadIdx.x & 31;
-    int const n = min(chunks, kAhead);
-    int const off = static_cast<int>(reinterpret_cast<unsigned long long>(parts) / 8 & 1U);
-    for (int k = lane; k < (off + n + 1) / 2; k += 32)
-    {
-        copyAsync16(&ahead.parts[2 * k], parts - off + 2 * k, 0); // (the workspace has 16 bytes to spare)
-    }
-    for (int i = lane; i < n; i += 32)
-    {
-        copyAsync16(&ahead.first[i], row + i * chunkPacks, 0);
-    }
-}
-
-// Warp 0: whether all `chunks` partials of a group are written (those past kAhead read here),
-// asking again up to `patience` times; the shared copies then hold what was read.
-template <typename P>
+// Warp 0: whether all `chunks` partials of a group are written, polling up to `patience` more
+// times.  pv holds lane + 32 r's, read ahead by the caller (later ones are read here).
+template <int MS>
 __device__ __forceinline__ bool pollMoments(
-    GroupAhead<P>& ahead, unsigned long long const* parts, int chunks, int patience)
+    unsigned long long (&pv)[MS], unsigned long long const* parts, int chunks, int patience)
 {
     int const lane = threadIdx.x & 31;
-    int const off = static_cast<int>(reinterpret_cast<unsigned long long>(parts) / 8 & 1U);
-    copyAsyncWait();
-    __syncwarp();
     for (int tries = 0;; ++tries)
     {
         bool ok = true;
-        for (int i = lane; i < chunks; i += 32)
+#pragma unroll
+        for (int r = 0; r < MS; ++r)
         {
-            ok = ok && (i < kAhead ? ahead.parts[off + i] : loadMoments(parts + i)) != kNoMoments;
+            ok = ok && (lane + 32 * r >= chunks || pv[r] != kNoMoments);
+        }
+        for (int i = lane + 32 * MS; i < chunks; i += 32)
+        {
+            ok = ok && loadMoments(parts + i) != kNoMoments;
         }
         if (__all_sync(0xFFFFFFFFU, ok))
         {
@@ -516,55 +493,62 @@ __device__ __forceinline__ bool pollMoments(
             return false;
         }
         __nanosleep(64);
-        for (int i = lane; i < min(chunks, kAhead); i += 32)
+#pragma unroll
+        for (int r = 0; r < MS; ++r)
         {
-            ahead.parts[off + i] = loadMoments(parts + i);
+            pv[r] = lane + 32 * r < chunks ? loadMoments(parts + lane + 32 * r) : kNoMoments;
         }
     }
 }
 
-// Warp 0: the group's statistics from its chunks' partials and first elements x0 (those past
-// kAhead read from global memory), merged in double (Chan: mean = sum n_i m_i / cols with m_i =
-// x0_i + shift_i, M2 = sum M2_i + n_i (m_i - mean)^2), in the same order in every CTA, so every
-// chunk of a group is written with the same statistics.  The mean comes back as the fp32 pivot
-// nearest it and the residual, as the other paths' (x - pivot) - shift wants.
-template <typename P>
-__device__ __forceinline__ RowStats mergeMoments(GroupAhead<P> const& ahead, unsigned long long const* parts,
-    P const* row, int chunks, int chunkPacks, long long cols, float eps)
+// Warp 0: the group's statistics from its chunks' partials, about the row's pivot P (Chan's
+// merge: shift = sum n_i d_i / cols with d_i = m_i - P, M2 = sum M2_i + n_i (d_i - shift)^2), in
+// the same order in every CTA, so every chunk of a group is written with the same statistics.
+template <int MS>
+__device__ __forceinline__ RowStats mergeMoments(unsigned long long const (&pv)[MS],
+    unsigned long long const* parts, int chunks, long long chunkElems, long long cols, float pivot, float eps)
 {
-    constexpr int VEC = sizeof(P::v) / sizeof(P::v[0]);
     int const lane = threadIdx.x & 31;
-    int const off = static_cast<int>(reinterpret_cast<unsigned long long>(parts) / 8 & 1U);
-    long long const chunkElems = static_cast<long long>(chunkPacks) * VEC;
-    auto count = [&](int i) { return static_cast<double>(min(chunkElems, cols - i * chunkElems)); };
-    auto mean = [&](int i, unsigned long long& v) {
-        v = i < kAhead ? ahead.parts[off + i] : loadMoments(parts + i);
-        P const first = i < kAhead ? ahead.first[i] : row[static_cast<long long>(i) * chunkPacks];
-        return static_cast<double>(toFloat(first.v[0])) + momentsShift(v);
-    };
-    double a = 0.0;
-    unsigned long long v;
-    for (int i = lane; i < chunks; i += 32)
+    auto count = [&](int i) { return static_cast<float>(min(chunkElems, cols - i * chunkElems)); };
+    float a = 0.F;
+#pragma unroll
+    for (int r = 0; r < MS; ++r)
     {
-        a += count(i) * mean(i, v);
+        if (lane + 32 * r < chunks)
+        {
+            a += count(lane + 32 * r) * momentsDev(pv[r]);
+        }
     }
-    double const mu = warpSumDouble(a) / static_cast<double>(cols);
-    double q = 0.0;
-    for (int i = lane; i < chunks; i += 32)
+    for (int i = lane + 32 * MS; i < chunks; i += 32)
     {
-        double const d = mean(i, v) - mu;
+        a += count(i) * momentsDev(loadMoments(parts + i));
+    }
+    float const shift = warpSum(a) / static_cast<float>(cols);
+    float q = 0.F;
+#pragma unroll
+    for (int r = 0; r < MS; ++r)
+    {
+        if (lane + 32 * r < chunks)
+        {
+            float const d = momentsDev(pv[r]) - shift;
+            q += momentsM2(pv[r]) + count(lane + 32 * r) * d * d;
+        }
+    }
+    for (int i = lane + 32 * MS; i < chunks; i += 32)
+    {
+        unsigned long long const v = loadMoments(parts + i);
+        float const d = momentsDev(v) - shift;
         q += momentsM2(v) + count(i) * d * d;
     }
-    float const var = fmaxf(static_cast<float>(warpSumDouble(q) / static_cast<double>(cols)), 0.F);
-    float const pivot = static_cast<float>(mu);
-    return RowStats{pivot, static_cast<float>(mu - pivot), rsqrtf(var + eps)};
+    float const var = fmaxf(warpSum(q) / static_cast<float>(cols), 0.F);
+    return RowStats{pivot, shift, rsqrtf(var + eps)};
 }
 
 // A CTA's rare path: the partials of row x's chunks still unwritten, computed here with their
 // owners' arithmetic.
 template <typename T, int VEC, int KP>
 __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chunks, unsigned long long* parts,
-    float (*buf)[32], int* gap)
+    float pivot, float (*buf)[32], int* gap)
 {
     using P = Pack<T, VEC>;
     int const chunkPacks = KP * static_cast<int>(blockDim.x);
@@ -581,7 +565,7 @@ __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chu
             int const end = min(rowPacks, start + chunkPacks);
             P const* xr = reinterpret_cast<P const*>(x) + start + threadIdx.x;
             float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return xr[j * static_cast<int>(blockDim.x)]; },
-                start, end, toFloat(x[static_cast<long long>(start) * VEC]), buf);
+                start, end, toFloat(x[static_cast<long long>(start) * VEC]), pivot, buf);
             if (threadIdx.x == 0)
             {
                 storeMoments(parts + i, m.x, m.y);
@@ -593,28 +577,29 @@ __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chu
 
 // Groups past the wide path (the "stream" path): each group is cut into chunks of KP packs a
 // thread, which the CTAs take in turn (chunk t at the CTA's step t / gridDim).  A step (A)
-// reduces the CTA's chunk from registers to its (mean, M2), published to partials[t], and moves
-// the packs to shared memory, each thread its own; the next chunk's loads are issued; then (B)
-// the previous step's chunk is written: warp 0 merges its group's partials, and the CTA writes y
-// from shared memory.  So x is read once, from HBM, and every SM reads and writes all the time,
-// like a copy; the partials B needs were published a step earlier, and warp 0 asks for them at
-// the step's top.  No CTA depends on another being resident (a concurrent kernel may hold the
-// SMs): a partial still missing after `patience` polls is computed by the waiting CTA itself from
-// x, with the owner's arithmetic, so it writes the same bits.  Measured (the sweep's ab_stream,
-// same calls): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the copy (a cluster of 8 before), with
-// SiLU 0.82 -> 0.91; with 2-4 CTAs an SM, 16-32 KB chunks, the chunk re-read from L2 instead of
-// held, or no barrier a step (every warp merging the partials itself) 0.2-0.86.
+// reduces the CTA's chunk from registers to its (mean - pivot, M2), published to partials[t],
+// and moves the packs to shared memory, each thread its own; the next chunk's loads are issued;
+// then (B) the previous step's chunk is written: warp 0 merges its group's partials, and the CTA
+// writes y from shared memory.  So x is read once, from HBM, and every SM reads and writes all
+// the time, like a copy; the partials B needs were published a step earlier, and warp 0 asks for
+// them at the step's top.  No CTA depends on another being resident (a concurrent kernel may
+// hold the SMs): a partial still missing after `patience` polls is computed by the waiting CTA
+// itself from x, with the owner's arithmetic, so it writes the same bits.  Measured (the sweep's
+// ab_stream, same calls): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the copy (a cluster of 8
+// before), with SiLU 0.82 -> 0.91; with 2-4 CTAs an SM, 16-32 KB chunks, the chunk re-read from
+// L2 instead of held, or no barrier a step (every warp merging the partials itself) 0.2-0.86;
+// with each chunk's first element read again for the merge (in double), 0.79-0.83.
 template <typename T, int VEC>
 __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial,
     float eps, int silu, unsigned long long* __restrict__ partials, int patience)
 {
     constexpr int KP = FUSION_GROUPNORM_STREAM_PACKS;
+    constexpr int MS = 3; // partials warp 0's lanes read ahead: groups of <= 96 chunks
     using P = Pack<T, VEC>;
     extern __shared__ __align__(16) unsigned char streamStash[]; // [2][KP * blockDim] packs
     __shared__ float buf[2][32];
     __shared__ float4 stat[2];
-    __shared__ GroupAhead<P> ahead;
     __shared__ int helping;
     __shared__ int gap;
     P* const stash = reinterpret_cast<P*>(streamStash);
@@ -666,13 +651,18 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         int rowB = 0;
         int startB = 0;
         int endB = 0;
+        unsigned long long pv[MS];
         if (tb >= 0)
         {
             bounds(tb, rowB, startB, endB);
             if (tid < 32)
             {
-                askAhead(ahead, partials + rowB * chunks, reinterpret_cast<P const*>(x + rowB * cols), chunks,
-                    chunkPacks);
+#pragma unroll
+                for (int r = 0; r < MS; ++r)
+                {
+                    pv[r] = tid + 32 * r < chunks ? loadMoments(partials + tb - (tb % chunks) + tid + 32 * r)
+                                                  : kNoMoments;
+                }
             }
         }
         P* const mine = stash + (k & 1) * chunkPacks;
@@ -681,7 +671,8 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
             int row;
             int start, end;
             bounds(t, row, start, end);
-            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return cache[j]; }, start, end, x0, buf);
+            float const pivot = rowPivot(x + row * cols, cols); // (its loads land during the sums)
+            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return cache[j]; }, start, end, x0, pivot, buf);
 #pragma unroll
             for (int j = 0; j < KP; ++j)
             {
@@ -703,9 +694,10 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         // The previous chunk's group: its partials ready?  (Before the next loads, so that the
         // rare path finds the registers free.)
         unsigned long long* const parts = partials + rowB * chunks;
+        float const pivotB = rowPivot(x + rowB * cols, cols);
         if (tid < 32)
         {
-            bool const ready = pollMoments(ahead, parts, chunks, patience);
+            bool const ready = pollMoments<MS>(pv, parts, chunks, patience);
             if (tid == 0)
             {
                 helping = !ready;
@@ -714,22 +706,21 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         __syncthreads();
         if (helping)
         {
-            missingMoments<T, VEC, KP>(x + rowB * cols, rowPacks, chunks, parts, buf, &gap);
+            missingMoments<T, VEC, KP>(x + rowB * cols, rowPacks, chunks, parts, pivotB, buf, &gap);
             if (tid < 32)
             {
-                // all written now: refresh the shared copies
-                for (int i = tid; i < min(chunks, kAhead); i += 32)
+#pragma unroll
+                for (int r = 0; r < MS; ++r)
                 {
-                    ahead.parts[(reinterpret_cast<unsigned long long>(parts) / 8 & 1U) + i] = loadMoments(parts + i);
+                    pv[r] = tid + 32 * r < chunks ? loadMoments(parts + tid + 32 * r) : kNoMoments;
                 }
-                __syncwarp();
             }
         }
         load(t + grid); // the next chunk's loads fly while this step writes
         if (tid < 32)
         {
-            RowStats const s
-                = mergeMoments(ahead, parts, reinterpret_cast<P const*>(x + rowB * cols), chunks, chunkPacks, cols, eps);
+            RowStats const s = mergeMoments<MS>(
+                pv, parts, chunks, static_cast<long long>(chunkPacks) * VEC, cols, pivotB, eps);
             if (tid == 0)
             {
                 stat[k & 1] = make_float4(s.pivot, s.shift, s.scale, 0.F);

@@ -241,8 +241,7 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
             plan.grid = rows * chunks < resident ? rows * chunks : resident;
             plan.block = FUSION_GROUPNORM_STREAM_THREADS;
             plan.smem = kStreamSmem;
-            // (16 bytes past the last partial: the kernel reads them in 16-byte pairs)
-            plan.workspace = rows * chunks * static_cast<int64_t>(sizeof(unsigned long long)) + 16;
+            plan.workspace = rows * chunks * static_cast<int64_t>(sizeof(unsigned long long));
         }
     }
     if (use != nullptr)
