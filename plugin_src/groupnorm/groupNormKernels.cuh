@@ -389,10 +389,11 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
 #define FUSION_GROUPNORM_STREAM_PACKS 4
 #define FUSION_GROUPNORM_STREAM_PATIENCE 64
 
-// A chunk's statistics as one 64-bit word, (mean - P, M2) with P its row's pivot (rowPivot):
-// a mean itself, rounded to fp32, is off by up to 2^-24 |mean|, which for a group of mean 1000
-// and spread 0.1 moves every output by 3e-4; its distance from a value of the group keeps the
-// spread's precision.  One relaxed store, so a reader sees both halves or neither; unwritten
+// A chunk's statistics as one 64-bit word, (mean - P, M2) with P its row's first element: a
+// mean itself, rounded to fp32, is off by up to 2^-24 |mean|, which for a group of mean 1000 and
+// spread 0.1 moves every output by 3e-4; its distance from a value of the group keeps the
+// spread's precision (an outlier as P rounds each chunk's distance by 2^-24 |P - mean|, but
+// inflates the spread as much).  One relaxed store, so a reader sees both halves or neither; unwritten
 // words are all ones (the launcher fills the workspace with 0xFF), so a value with all bits set
 // (a NaN) is stored as another NaN.
 constexpr unsigned long long kNoMoments = ~0ULL;
@@ -422,25 +423,12 @@ __device__ __forceinline__ float momentsM2(unsigned long long v)
     return __uint_as_float(static_cast<unsigned>(v >> 32));
 }
 
-// A row's pivot: the median of its first, middle and last elements, so one outlier (say the
-// first element) does not make it far from the group, where (x - P) would round.  Every CTA
-// computes it alike from the same three loads.
-template <typename T>
-__device__ __forceinline__ float rowPivot(T const* row, long long cols)
-{
-    float const a = toFloat(row[0]);
-    float const b = toFloat(row[cols / 2]);
-    float const c = toFloat(row[cols - 1]);
-    return fmaxf(fminf(a, b), fminf(fmaxf(a, b), c));
-}
-
 // A chunk's packs [start, end) of its row: thread tid's are start + tid + j * blockDim, pack(j)
-// gives them.  Two passes, as cachedStats: the mean of deviations from x0 (the chunk's first
-// element), then the squared deviations from that mean; returns (mean - pivot, M2).  The owner
+// gives them.  Two passes, as cachedStats: the mean of deviations from the row's first element
+// (`pivot`), then the squared deviations from that mean; returns (mean - pivot, M2).  The owner
 // and a CTA that computes a missing chunk run this same arithmetic, so they write the same bits.
 template <typename T, int VEC, int KP, typename PackAt>
-__device__ __forceinline__ float2 chunkMoments(
-    PackAt pack, int start, int end, float x0, float pivot, float (*buf)[32])
+__device__ __forceinline__ float2 chunkMoments(PackAt pack, int start, int end, float pivot, float (*buf)[32])
 {
     int const first = start + static_cast<int>(threadIdx.x);
     float acc = 0.F;
@@ -449,7 +437,7 @@ __device__ __forceinline__ float2 chunkMoments(
     {
         if (first + j * static_cast<int>(blockDim.x) < end)
         {
-            acc += packSum(pack(j), x0);
+            acc += packSum(pack(j), pivot);
         }
     }
     float const shift = blockSum(acc, buf[0]) / static_cast<float>((end - start) * VEC);
@@ -459,10 +447,10 @@ __device__ __forceinline__ float2 chunkMoments(
     {
         if (first + j * static_cast<int>(blockDim.x) < end)
         {
-            sq += packSquares(pack(j), x0, shift);
+            sq += packSquares(pack(j), pivot, shift);
         }
     }
-    return make_float2((x0 - pivot) + shift, blockSum(sq, buf[1]));
+    return make_float2(shift, blockSum(sq, buf[1]));
 }
 
 // Warp 0: whether all `chunks` partials of a group are written, polling up to `patience` more
@@ -501,9 +489,10 @@ __device__ __forceinline__ bool pollMoments(
     }
 }
 
-// Warp 0: the group's statistics from its chunks' partials, about the row's pivot P (Chan's
-// merge: shift = sum n_i d_i / cols with d_i = m_i - P, M2 = sum M2_i + n_i (d_i - shift)^2), in
-// the same order in every CTA, so every chunk of a group is written with the same statistics.
+// Warp 0: the group's statistics from its chunks' partials, about the row's first element P
+// (`pivot`; Chan's merge: shift = sum n_i d_i / cols with d_i = m_i - P, M2 = sum M2_i + n_i (d_i -
+// shift)^2), in the same order in every CTA, so every chunk of a group is written with the same
+// statistics.
 template <int MS>
 __device__ __forceinline__ RowStats mergeMoments(unsigned long long const (&pv)[MS],
     unsigned long long const* parts, int chunks, long long chunkElems, long long cols, float pivot, float eps)
@@ -541,7 +530,12 @@ __device__ __forceinline__ RowStats mergeMoments(unsigned long long const (&pv)[
         q += momentsM2(v) + count(i) * d * d;
     }
     float const var = fmaxf(warpSum(q) / static_cast<float>(cols), 0.F);
-    return RowStats{pivot, shift, rsqrtf(var + eps)};
+    // The mean as the fp32 value nearest it and the exact residual (TwoSum), so that (x - pivot)
+    // stays exact for x near the mean whatever P was.
+    float const mean = pivot + shift;
+    float const back = mean - pivot;
+    float const residual = (pivot - (mean - back)) + (shift - back);
+    return RowStats{mean, residual, rsqrtf(var + eps)};
 }
 
 // A CTA's rare path: the partials of row x's chunks still unwritten, computed here with their
@@ -564,8 +558,8 @@ __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chu
             int const start = i * chunkPacks;
             int const end = min(rowPacks, start + chunkPacks);
             P const* xr = reinterpret_cast<P const*>(x) + start + threadIdx.x;
-            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return xr[j * static_cast<int>(blockDim.x)]; },
-                start, end, toFloat(x[static_cast<long long>(start) * VEC]), pivot, buf);
+            float2 const m = chunkMoments<T, VEC, KP>(
+                [&](int j) { return xr[j * static_cast<int>(blockDim.x)]; }, start, end, pivot, buf);
             if (threadIdx.x == 0)
             {
                 storeMoments(parts + i, m.x, m.y);
@@ -588,7 +582,8 @@ __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chu
 // ab_stream, same calls): fp32 8 x 320 x 128 x 128 0.83 -> 0.93 of the copy (a cluster of 8
 // before), with SiLU 0.82 -> 0.91; with 2-4 CTAs an SM, 16-32 KB chunks, the chunk re-read from
 // L2 instead of held, or no barrier a step (every warp merging the partials itself) 0.2-0.86;
-// with each chunk's first element read again for the merge (in double), 0.79-0.83.
+// with each chunk's first element read again for the merge (in double) 0.79-0.83, with the
+// row's median of three elements as pivot 0.86-0.90.
 template <typename T, int VEC>
 __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial,
@@ -619,7 +614,8 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
     };
 
     P cache[KP];
-    float x0 = 0.F;
+    float first = 0.F;  // the chunk's row's first element (its chunks' pivot)
+    float firstB = 0.F; // the previous chunk's row's
     auto load = [&](int t) {
         if (t < total)
         {
@@ -636,7 +632,7 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
                     cache[j] = reinterpret_cast<P const*>(xr)[p];
                 }
             }
-            x0 = toFloat(xr[0]);
+            first = toFloat(x[row * cols]);
         }
     };
     load(blockIdx.x);
@@ -671,8 +667,7 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
             int row;
             int start, end;
             bounds(t, row, start, end);
-            float const pivot = rowPivot(x + row * cols, cols); // (its loads land during the sums)
-            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return cache[j]; }, start, end, x0, pivot, buf);
+            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return cache[j]; }, start, end, first, buf);
 #pragma unroll
             for (int j = 0; j < KP; ++j)
             {
@@ -686,6 +681,8 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
                 storeMoments(partials + t, m.x, m.y);
             }
         }
+        float const pivotB = firstB; // (the chunk B writes is the one A reduced a step ago)
+        firstB = first;
         if (tb < 0)
         {
             load(t + grid);
@@ -694,7 +691,6 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         // The previous chunk's group: its partials ready?  (Before the next loads, so that the
         // rare path finds the registers free.)
         unsigned long long* const parts = partials + rowB * chunks;
-        float const pivotB = rowPivot(x + rowB * cols, cols);
         if (tid < 32)
         {
             bool const ready = pollMoments<MS>(pv, parts, chunks, patience);
