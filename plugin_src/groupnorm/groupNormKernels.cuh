@@ -392,8 +392,8 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
 // A chunk's statistics as one 64-bit word, (mean - P, M2) with P its row's first element: a
 // mean itself, rounded to fp32, is off by up to 2^-24 |mean|, which for a group of mean 1000 and
 // spread 0.1 moves every output by 3e-4; its distance from a value of the group keeps the
-// spread's precision (an outlier as P rounds each chunk's distance by 2^-24 |P - mean|, but
-// inflates the spread as much).  One relaxed store, so a reader sees both halves or neither; unwritten
+// spread's precision (an outlier as P rounds each chunk's distance once, by 2^-24 |P - mean|,
+// and the merge works about chunk 0's distance, so the rounding is not summed up).  One relaxed store, so a reader sees both halves or neither; unwritten
 // words are all ones (the launcher fills the workspace with 0xFF), so a value with all bits set
 // (a NaN) is stored as another NaN.
 constexpr unsigned long long kNoMoments = ~0ULL;
@@ -424,33 +424,32 @@ __device__ __forceinline__ float momentsM2(unsigned long long v)
 }
 
 // A chunk's packs [start, end) of its row: thread tid's are start + tid + j * blockDim, pack(j)
-// gives them.  Two passes, as cachedStats: the mean of deviations from the row's first element
-// (`pivot`), then the squared deviations from that mean; returns (mean - pivot, M2).  The owner
-// and a CTA that computes a missing chunk run this same arithmetic, so they write the same bits.
+// gives them.  One pass, as the wide path's onePassStats: sums and squares of the deviations
+// from a pivot q near the chunk's mean, the mean of the threads' first packs (a fraction f >= 1/4
+// of the chunk, so (mean - q)^2 <= var (1 - f) / f whatever the data); returns (mean - P, M2)
+// with P the row's first element.  The owner and a CTA that computes a missing chunk run this
+// same arithmetic, so they write the same bits.
 template <typename T, int VEC, int KP, typename PackAt>
-__device__ __forceinline__ float2 chunkMoments(PackAt pack, int start, int end, float pivot, float (*buf)[32])
+__device__ __forceinline__ float2 chunkMoments(
+    PackAt pack, int start, int end, float rowFirst, float* buf, float2* buf2)
 {
     int const first = start + static_cast<int>(threadIdx.x);
+    int const heads = min(static_cast<int>(blockDim.x), end - start); // threads with a pack
+    float const q = blockSum(first < end ? packSum(pack(0), 0.F) : 0.F, buf) / static_cast<float>(heads * VEC);
     float acc = 0.F;
-#pragma unroll
-    for (int j = 0; j < KP; ++j)
-    {
-        if (first + j * static_cast<int>(blockDim.x) < end)
-        {
-            acc += packSum(pack(j), pivot);
-        }
-    }
-    float const shift = blockSum(acc, buf[0]) / static_cast<float>((end - start) * VEC);
     float sq = 0.F;
 #pragma unroll
     for (int j = 0; j < KP; ++j)
     {
         if (first + j * static_cast<int>(blockDim.x) < end)
         {
-            sq += packSquares(pack(j), pivot, shift);
+            packSumSquares(pack(j), q, acc, sq);
         }
     }
-    return make_float2(shift, blockSum(sq, buf[1]));
+    float2 const t = blockSum2(make_float2(acc, sq), buf2);
+    float const n = static_cast<float>((end - start) * VEC);
+    float const shift = t.x / n;
+    return make_float2((q - rowFirst) + shift, fmaxf(t.y - t.x * shift, 0.F));
 }
 
 // Warp 0: whether all `chunks` partials of a group are written, polling up to `patience` more
@@ -489,28 +488,31 @@ __device__ __forceinline__ bool pollMoments(
     }
 }
 
-// Warp 0: the group's statistics from its chunks' partials, about the row's first element P
-// (`pivot`; Chan's merge: shift = sum n_i d_i / cols with d_i = m_i - P, M2 = sum M2_i + n_i (d_i -
-// shift)^2), in the same order in every CTA, so every chunk of a group is written with the same
-// statistics.
+// Warp 0: the group's statistics from its chunks' partials d_i = m_i - P (P the row's first
+// element, `pivot`), merged about chunk 0's (Chan: shift = sum n_i (d_i - d_0) / cols, M2 = sum
+// M2_i + n_i (d_i - d_0 - shift)^2; near the mean, so an outlier as P rounds nothing that the sum
+// amplifies), in the same order in every CTA, so every chunk of a group is written with the same
+// statistics.  The mean, P + d_0 + shift, is handed on as the fp32 value nearest it and the
+// exact residual (TwoSum), so x - mean stays exact whatever P.
 template <int MS>
 __device__ __forceinline__ RowStats mergeMoments(unsigned long long const (&pv)[MS],
     unsigned long long const* parts, int chunks, long long chunkElems, long long cols, float pivot, float eps)
 {
     int const lane = threadIdx.x & 31;
     auto count = [&](int i) { return static_cast<float>(min(chunkElems, cols - i * chunkElems)); };
+    float const d0 = __shfl_sync(0xFFFFFFFFU, momentsDev(pv[0]), 0);
     float a = 0.F;
 #pragma unroll
     for (int r = 0; r < MS; ++r)
     {
         if (lane + 32 * r < chunks)
         {
-            a += count(lane + 32 * r) * momentsDev(pv[r]);
+            a += count(lane + 32 * r) * (momentsDev(pv[r]) - d0);
         }
     }
     for (int i = lane + 32 * MS; i < chunks; i += 32)
     {
-        a += count(i) * momentsDev(loadMoments(parts + i));
+        a += count(i) * (momentsDev(loadMoments(parts + i)) - d0);
     }
     float const shift = warpSum(a) / static_cast<float>(cols);
     float q = 0.F;
@@ -519,30 +521,35 @@ __device__ __forceinline__ RowStats mergeMoments(unsigned long long const (&pv)[
     {
         if (lane + 32 * r < chunks)
         {
-            float const d = momentsDev(pv[r]) - shift;
+            float const d = (momentsDev(pv[r]) - d0) - shift;
             q += momentsM2(pv[r]) + count(lane + 32 * r) * d * d;
         }
     }
     for (int i = lane + 32 * MS; i < chunks; i += 32)
     {
         unsigned long long const v = loadMoments(parts + i);
-        float const d = momentsDev(v) - shift;
+        float const d = (momentsDev(v) - d0) - shift;
         q += momentsM2(v) + count(i) * d * d;
     }
     float const var = fmaxf(warpSum(q) / static_cast<float>(cols), 0.F);
-    // The mean as the fp32 value nearest it and the exact residual (TwoSum), so that (x - pivot)
-    // stays exact for x near the mean whatever P was.
-    float const mean = pivot + shift;
-    float const back = mean - pivot;
-    float const residual = (pivot - (mean - back)) + (shift - back);
-    return RowStats{mean, residual, rsqrtf(var + eps)};
+    auto twoSum = [](float u, float v, float& err) {
+        float const s = u + v;
+        float const back = s - u;
+        err = (u - (s - back)) + (v - back);
+        return s;
+    };
+    float e0 = 0.F;
+    float e1 = 0.F;
+    float const c0 = twoSum(pivot, d0, e0);          // chunk 0's mean, c0 + e0
+    float const mean = twoSum(c0, shift + e0, e1);   // + the shift
+    return RowStats{mean, e1, rsqrtf(var + eps)};
 }
 
 // A CTA's rare path: the partials of row x's chunks still unwritten, computed here with their
 // owners' arithmetic.
 template <typename T, int VEC, int KP>
 __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chunks, unsigned long long* parts,
-    float pivot, float (*buf)[32], int* gap)
+    float rowFirst, float* buf, float2* buf2, int* gap)
 {
     using P = Pack<T, VEC>;
     int const chunkPacks = KP * static_cast<int>(blockDim.x);
@@ -559,7 +566,7 @@ __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chu
             int const end = min(rowPacks, start + chunkPacks);
             P const* xr = reinterpret_cast<P const*>(x) + start + threadIdx.x;
             float2 const m = chunkMoments<T, VEC, KP>(
-                [&](int j) { return xr[j * static_cast<int>(blockDim.x)]; }, start, end, pivot, buf);
+                [&](int j) { return xr[j * static_cast<int>(blockDim.x)]; }, start, end, rowFirst, buf, buf2);
             if (threadIdx.x == 0)
             {
                 storeMoments(parts + i, m.x, m.y);
@@ -583,7 +590,7 @@ __device__ __forceinline__ void missingMoments(T const* x, int rowPacks, int chu
 // before), with SiLU 0.82 -> 0.91; with 2-4 CTAs an SM, 16-32 KB chunks, the chunk re-read from
 // L2 instead of held, or no barrier a step (every warp merging the partials itself) 0.2-0.86;
 // with each chunk's first element read again for the merge (in double) 0.79-0.83, with the
-// row's median of three elements as pivot 0.86-0.90.
+// row's median of three elements as pivot, loaded where used, 0.86-0.90.
 template <typename T, int VEC>
 __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T const* __restrict__ gamma,
     T const* __restrict__ beta, T* __restrict__ y, long long rows, int channels, int groups, int spatial,
@@ -593,7 +600,8 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
     constexpr int MS = 3; // partials warp 0's lanes read ahead: groups of <= 96 chunks
     using P = Pack<T, VEC>;
     extern __shared__ __align__(16) unsigned char streamStash[]; // [2][KP * blockDim] packs
-    __shared__ float buf[2][32];
+    __shared__ float buf[32];   // the chunk's pivot sum
+    __shared__ float2 buf2[32]; // its sums and squares
     __shared__ float4 stat[2];
     __shared__ int helping;
     __shared__ int gap;
@@ -667,7 +675,8 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
             int row;
             int start, end;
             bounds(t, row, start, end);
-            float2 const m = chunkMoments<T, VEC, KP>([&](int j) { return cache[j]; }, start, end, first, buf);
+            float2 const m
+                = chunkMoments<T, VEC, KP>([&](int j) { return cache[j]; }, start, end, first, buf, buf2);
 #pragma unroll
             for (int j = 0; j < KP; ++j)
             {
@@ -702,7 +711,7 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         __syncthreads();
         if (helping)
         {
-            missingMoments<T, VEC, KP>(x + rowB * cols, rowPacks, chunks, parts, pivotB, buf, &gap);
+            missingMoments<T, VEC, KP>(x + rowB * cols, rowPacks, chunks, parts, pivotB, buf, buf2, &gap);
             if (tid < 32)
             {
 #pragma unroll
