@@ -32,35 +32,20 @@ __device__ __forceinline__ void mbarrierInit(unsigned long long* bar, unsigned c
 #endif
 }
 
-// Spin until the phase of `bar` with this parity has completed.  kCluster: the phase was
-// completed by peers' st.async (acquire at cluster scope, so their data is visible).
-template <bool kCluster = false>
+// Spin until the phase of `bar` with this parity has completed.
 __device__ __forceinline__ void mbarrierWait(unsigned long long* bar, unsigned parity)
 {
 #if FUSION_BULK_COPY
     unsigned done = 0;
     do
     {
-        if constexpr (kCluster)
-        {
-            asm volatile(
-                "{\n\t.reg .pred p;\n\t"
-                "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-                "selp.u32 %0, 1, 0, p;\n\t}"
-                : "=r"(done)
-                : "r"(sharedAddress(bar)), "r"(parity)
-                : "memory");
-        }
-        else
-        {
-            asm volatile(
-                "{\n\t.reg .pred p;\n\t"
-                "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                "selp.u32 %0, 1, 0, p;\n\t}"
-                : "=r"(done)
-                : "r"(sharedAddress(bar)), "r"(parity)
-                : "memory");
-        }
+        asm volatile(
+            "{\n\t.reg .pred p;\n\t"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+            "selp.u32 %0, 1, 0, p;\n\t}"
+            : "=r"(done)
+            : "r"(sharedAddress(bar)), "r"(parity)
+            : "memory");
     } while (done == 0);
 #endif
 }
