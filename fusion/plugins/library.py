@@ -1024,9 +1024,8 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     ``stage_sms`` (groupnorm_stream_launch; groupnorm_workspace gives its workspace), else the
     wide path where its tail fits ``smem_optin`` (the device's opt-in shared memory per CTA, less
     GROUPNORM_STATIC_SMEM), else (fp16) the stream path; else the loop path.  A register-path CTA
-    over 512 threads fills an SM: with ``stage_sms``
-    (the device's SM count where it runs the staged and stream kernels, sm_90+) and the group
-    within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs; fp16 takes
+    over 512 threads fills an SM: with ``stage_sms`` (the device's SM count where it runs the
+    staged and stream kernels, sm_90+) and the group within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs; fp16 takes
     groupnorm_pair_launch there.  The wide path runs on min(rows, stage_sms) CTAs where
     ``stage_sms``.  ``groupnorm_smem`` gives the launch's shared memory."""
     if dtype not in GROUPNORM_DTYPES:
@@ -1110,12 +1109,12 @@ def device_groupnorm_limits() -> tuple[int, int]:
     return sms, int(attrs["MaxSharedMemoryPerBlockOptin"])
 
 
-_WORKSPACES: dict[tuple[int, int], Any] = {}  # (device, bytes) -> the stream launches' cupy buffer
+_WORKSPACES: dict[tuple[int, int], Any] = {}  # (device, log2 of its size) -> a stream launch's buffer
 
 
 def _groupnorm_workspace_buffer(nbytes: int) -> Any:
     """A device buffer of at least ``nbytes`` for the current device, kept for later launches (a
-    CUDA graph replays the pointer it captured)."""
+    CUDA graph replays the pointer it captured); launches that share it run on one stream."""
     import cupy  # noqa: PLC0415
 
     key = (cupy.cuda.Device().id, max(nbytes, 1 << 20).bit_length())

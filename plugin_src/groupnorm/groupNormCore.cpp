@@ -2,6 +2,7 @@
 #include "groupnorm/groupNormLaunch.h"
 
 #include <cmath>
+#include <cstdint>
 
 using namespace nvinfer1;
 
@@ -111,9 +112,11 @@ int32_t GroupNormConfig::enqueue(PluginTensorDesc const& descX, void const* cons
         return -1;
     }
     int64_t const spatial = volume(dims, 2, dims.nbDims);
-    // TensorRT's workspace holds getWorkspaceSize for the profile's largest X, which covers this one.
+    // TensorRT's workspace holds what getWorkspaceSize asked for the profile's largest X, which
+    // covers this one: no size to check against.
+    size_t const workspaceBytes = workspace == nullptr ? 0 : SIZE_MAX;
     cudaError_t const err = launchGroupNorm(type, inputs[0], inputs[1], inputs[2], outputs[0], dims.d[0], dims.d[1],
-        numGroups, spatial, epsilon, silu != 0, workspace, workspaceSize(dims, descX.type), stream);
+        numGroups, spatial, epsilon, silu != 0, workspace, workspaceBytes, stream);
     if (err != cudaSuccess)
     {
         logError(std::string(spec().name) + ": kernel launch failed: " + cudaGetErrorString(err));

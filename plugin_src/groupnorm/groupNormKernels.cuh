@@ -25,9 +25,9 @@
 //            writes this one (cp.async); statistics in one pass.  fp16 also takes it, in
 //            512-thread CTAs two an SM (one a group), for groups whose register-path CTA
 //            would fill the SM.
-//   stream - groups past the wide path (sm_90+, VEC packs, a workspace): chunks of a group on
-//            many CTAs, each chunk's mean and M2 through global memory, the chunk held in shared
-//            memory meanwhile; x still read once.
+//   stream - fp32 groups past the registers, fp16 ones past the wide path (sm_90+, VEC packs, a
+//            workspace): chunks of a group on many CTAs, each chunk's mean and M2 through global
+//            memory, the chunk held in shared memory meanwhile; x still read once.
 //   loop   - any cols: three passes over the group (mean, squared deviations, normalize), in
 //            VEC packs or scalars; passes 2 and 3 re-read it (from L2 where it fits).
 #pragma once
@@ -393,9 +393,9 @@ __device__ __forceinline__ void groupNormWideRows(T const* __restrict__ x, T con
 // mean itself, rounded to fp32, is off by up to 2^-24 |mean|, which for a group of mean 1000 and
 // spread 0.1 moves every output by 3e-4; its distance from a value of the group keeps the
 // spread's precision (an outlier as P rounds each chunk's distance once, by 2^-24 |P - mean|,
-// and the merge works about chunk 0's distance, so the rounding is not summed up).  One relaxed store, so a reader sees both halves or neither; unwritten
-// words are all ones (the launcher fills the workspace with 0xFF), so a value with all bits set
-// (a NaN) is stored as another NaN.
+// and the merge works about chunk 0's distance, so the rounding is not summed up).  One relaxed
+// store, so a reader sees both halves or neither; unwritten words are all ones (the launcher
+// fills the workspace with 0xFF), so a value with all bits set (a NaN) is stored as another NaN.
 constexpr unsigned long long kNoMoments = ~0ULL;
 
 __device__ __forceinline__ void storeMoments(unsigned long long* slot, float dev, float m2)
@@ -452,6 +452,18 @@ __device__ __forceinline__ float2 chunkMoments(
     return make_float2((q - rowFirst) + shift, fmaxf(t.y - t.x * shift, 0.F));
 }
 
+// Warp 0: each lane's partials lane + 32 r (r < MS) of a group's `chunks`, kNoMoments past them.
+template <int MS>
+__device__ __forceinline__ void readMoments(unsigned long long (&pv)[MS], unsigned long long const* parts, int chunks)
+{
+    int const lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < MS; ++r)
+    {
+        pv[r] = lane + 32 * r < chunks ? loadMoments(parts + lane + 32 * r) : kNoMoments;
+    }
+}
+
 // Warp 0: whether all `chunks` partials of a group are written, polling up to `patience` more
 // times.  pv holds lane + 32 r's, read ahead by the caller (later ones are read here).
 template <int MS>
@@ -480,11 +492,7 @@ __device__ __forceinline__ bool pollMoments(
             return false;
         }
         __nanosleep(64);
-#pragma unroll
-        for (int r = 0; r < MS; ++r)
-        {
-            pv[r] = lane + 32 * r < chunks ? loadMoments(parts + lane + 32 * r) : kNoMoments;
-        }
+        readMoments(pv, parts, chunks);
     }
 }
 
@@ -655,18 +663,15 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         int rowB = 0;
         int startB = 0;
         int endB = 0;
+        unsigned long long* parts = partials; // the group's partials
         unsigned long long pv[MS];
         if (tb >= 0)
         {
             bounds(tb, rowB, startB, endB);
+            parts = partials + rowB * chunks;
             if (tid < 32)
             {
-#pragma unroll
-                for (int r = 0; r < MS; ++r)
-                {
-                    pv[r] = tid + 32 * r < chunks ? loadMoments(partials + tb - (tb % chunks) + tid + 32 * r)
-                                                  : kNoMoments;
-                }
+                readMoments(pv, parts, chunks);
             }
         }
         P* const mine = stash + (k & 1) * chunkPacks;
@@ -699,7 +704,6 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
         }
         // The previous chunk's group: its partials ready?  (Before the next loads, so that the
         // rare path finds the registers free.)
-        unsigned long long* const parts = partials + rowB * chunks;
         if (tid < 32)
         {
             bool const ready = pollMoments<MS>(pv, parts, chunks, patience);
@@ -714,11 +718,7 @@ __device__ __forceinline__ void groupNormStreamRows(T const* __restrict__ x, T c
             missingMoments<T, VEC, KP>(x + rowB * cols, rowPacks, chunks, parts, pivotB, buf, buf2, &gap);
             if (tid < 32)
             {
-#pragma unroll
-                for (int r = 0; r < MS; ++r)
-                {
-                    pv[r] = tid + 32 * r < chunks ? loadMoments(parts + tid + 32 * r) : kNoMoments;
-                }
+                readMoments(pv, parts, chunks);
             }
         }
         load(t + grid); // the next chunk's loads fly while this step writes
@@ -835,7 +835,8 @@ __device__ __forceinline__ void groupNormLoopRows(T const* __restrict__ x, T con
 // channels / 32 groups x 64 x 64 = 40960) in 512 threads; fp32 needs 1024 there.  Up to 2 packs
 // per thread ask for 2 CTAs per SM (<= 32 registers, no spills; scalar K = 8 would spill), as
 // does the scalar loop path (the vector one takes 64 registers: 32 spill its packs).  Larger
-// groups take the wide path where it fits, else the stream path (sm_90+), else the loop path.
+// groups take the stream path (fp32, sm_90+), else the wide path where it fits, else the stream
+// path (fp16, sm_90+), else the loop path.
 // Staging: where the pick's CTA has more than FUSION_GROUPNORM_STAGE_THREADS threads (it fills
 // an SM: 64 registers a thread), on sm_90+ with 16-byte packs, the staged kernel runs on a grid
 // of one CTA per SM instead.  Measured (kernels_groupnorm_sweep.json): fp32 16x320x64x64 0.89 ->

@@ -1,7 +1,8 @@
 // Launch policy for the GroupNorm kernels: the register path (x read once) while the group
 // fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (where a
-// CTA would fill the SM: fp32 staged, fp16 the wide kernel in two CTAs an SM); past that the
-// wide path, else the stream path (sm_90+, with a workspace), else the three-pass loop path.
+// CTA would fill the SM: fp32 staged, fp16 the wide kernel in two CTAs an SM); past that, on
+// sm_90+, fp32 the stream path (with a workspace) and fp16 the wide path, else the stream path;
+// before sm_90 the wide path; else the three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 

@@ -15,8 +15,8 @@ import pytest
 
 from fusion.plugins.library import (
     GROUPNORM_STATIC_SMEM, GROUPNORM_STREAM_THREADS, device_groupnorm_limits, groupnorm_blocks, groupnorm_launch_config,
-    groupnorm_reg_kernel, groupnorm_smem, groupnorm_staged_kernel, groupnorm_stream_kernel, groupnorm_stream_launch,
-    groupnorm_wide_kernel, launch_groupnorm, load_kernel_module)  # fmt: skip
+    groupnorm_reg_kernel, groupnorm_smem, groupnorm_staged_kernel, groupnorm_stream_chunks, groupnorm_stream_kernel,
+    groupnorm_stream_launch, groupnorm_wide_kernel, launch_groupnorm, load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
@@ -265,8 +265,8 @@ def test_groupnorm_large_group_statistics(cp, module, dtype, shape, data, path):
     """The statistics of the paths past the registers against float64 on the data that breaks a
     careless variance: a spread far below the mean, the sampled packs' region far from the rest of
     the group, an outlier as the first element.  The wide path's one pass (about the mean of each
-    thread's first pack), the stream path's chunks (two passes each about its first element,
-    merged about chunk 0's mean).  path "policy": the launcher's pick on this device (H100: fp32
+    thread's first pack), the stream path's chunks (one pass each about the mean of its threads'
+    first packs, published about the row's first element, merged about chunk 0's).  path "policy": the launcher's pick on this device (H100: fp32
     the stream path, fp16 the wide kernel in 512 or 1024 threads); "wide": the wide kernel on one
     CTA a group where its tail fits the device."""
     cols = shape[1] // 32 * shape[2] * shape[3]
@@ -317,7 +317,7 @@ def test_groupnorm_stream_any_grid_bit_for_bit(cp, module, dtype):
     cols = 48 * 47 * 49
     name, grid, block = groupnorm_stream_launch(dtype, vec, 12, cols, device_groupnorm_limits()[0])
     assert block == GROUPNORM_STREAM_THREADS and name == groupnorm_stream_kernel(dtype, vec)
-    chunks = -(-cols // vec // (4 * block))
+    chunks = groupnorm_stream_chunks(vec, cols)
     outs = check_grids(cp, module, dtype, shape, groups, name, block,
                        ((1, 64), (3, 64), (grid, 64), (12 * chunks, 64), (1, 0), (7, 0), (grid, 0)), seed=5)  # fmt: skip
     for i, out in enumerate(outs[1:], 1):
