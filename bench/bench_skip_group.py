@@ -390,7 +390,7 @@ def bench_group(case: GroupCase, module: Any, torch: Any, cupy: Any) -> dict[str
 def sweep_configs(case: GroupCase, device: tuple[int, int] = (0, 0)) -> list[tuple[str, int, int]]:
     """Every launch of the vector packs that holds the case's group: each register-path K with
     the fewest threads (<= 1024) that cover it, its staged launch where there is one, the wide
-    and stream launches where no K holds it (device: (stage_sms, smem_optin), as
+    and stream launches where no K holds it (device: (stage_sms, smem_optin, stream_ctas), as
     groupnorm_plan's).  The A/B behind the policy's CTA-size target, its staging, its wide path
     and its stream path."""
     return groupnorm_candidates(case.dtype, case.n * case.groups, case.channels // case.groups * case.spatial,

@@ -61,6 +61,7 @@ fi
 LIB=$LIBDIR/libfusion_plugins.so
 
 export FUSION_KERNEL_REPORT="$OUT/kernels_tests.json"
+export FUSION_PLUGIN_LIB=$PWD/$LIB  # (tests/gpu compares its launcher's view of the device with Python's)
 # FUSION_SKIP_KERNEL_TESTS=1: benchmarks only (when device time is short and the kernels
 # were already tested).
 [ "${FUSION_SKIP_KERNEL_TESTS:-0}" = 1 ] ||

@@ -199,9 +199,10 @@ def test_launch_policy_paths():
         pl.norm_launch_config("layernorm", "int8", 1, 1)
 
 
-# (stage_sms, smem_optin): no extras; an H100 (sm_90); an A100 (sm_80, 163 KB opt-in); an RTX 3090 (99 KB);
-# an sm_90 part with 195 KB (the fp16 pair's K = 64, the fp32 wide path's K = 32 only).
-DEVICES = ((0, 0), (132, 232448), (0, 166912), (0, 101376), (114, 200000))
+# (stage_sms, smem_optin, stream_ctas): no extras; an H100 (sm_90, 9 stream CTAs an SM); an A100 (sm_80,
+# 163 KB opt-in, 9 an SM); an RTX 3090 (99 KB, 5 an SM in its 100 KB); an sm_90 part with 195 KB (the
+# fp16 pair's K = 64, the fp32 wide path's K = 32 only); an H100 given as (stage_sms, smem_optin).
+DEVICES = ((0, 0, 0), (132, 232448, 1188), (0, 166912, 972), (0, 101376, 410), (114, 200000, 1026), (132, 232448))
 GN_COLS = (1, 4, 42, 128, 255, 256, 2048, 2560, 4096, 6144, 8192, 8193, 10240, 12500, 16384, 20480, 24576, 24577, 25025, 28672, 32768,
            36864, 40960, 40961, 40964, 41984, 81920, 82432, 82436, 86016, 131072, 163840, 294912, 327680, 327684, 524288, 655360,
            655368)  # fmt: skip
@@ -302,6 +303,19 @@ def test_groupnorm_launch_policy_paths():
     assert pl.groupnorm_smem("fusion_groupnorm_wide_f32_v4_k32", "float32", 81920) == 196608
     assert cfg("float32", 8, 640, 32, 64 * 64, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"  # 192 KB tail
     assert cfg("float32", 2, 320, 32, 128 * 128, True, *a100)[0] == "fusion_groupnorm_loop_f32_v4"
+    # Before sm_90 with the stream kernel's CTAs (the launcher asks the occupancy calculator: an
+    # A100 holds 9 an SM, 972): past the wide path the stream path instead of the loop path, on
+    # the CTAs the device holds (an SD VAE decoder's 128 x 512 x 512: 256 chunks a group); where
+    # the wide tail fits, the wide path still, in fp32 too.
+    a100s = (*a100, 108 * 9)
+    assert cfg("float32", 8, 640, 32, 64 * 64, True, *a100s) == (stream32, 972, 128)
+    assert cfg("float32", 8, 41, 1, 32 * 32, True, *a100s) == ("fusion_groupnorm_wide_f32_v4_k32", 8, 1024)
+    assert cfg("float16", 8, 320, 32, 128 * 128, True, *a100s) == (stream16, 972, 128)
+    assert cfg("float16", 1, 128, 32, 512 * 512, True, *a100s) == (stream16, 972, 128)
+    assert pl.groupnorm_workspace(stream16, 32, 4 * 512 * 512) == 32 * 256 * 8
+    assert cfg("float16", 1, 128, 32, 512 * 512, True, 0, 101376, 82 * 5) == (stream16, 410, 128)
+    assert cfg("float16", 1, 128, 32, 512 * 512, False, *a100s)[0] == "fusion_groupnorm_loop_f16_v1"  # scalar packs
+    assert cfg("float16", 8, 320, 32, 64 * 64, True, *a100s) == ("fusion_groupnorm_reg_f16_v8_k80", 256, 512)
     # (an sm_90 device with less shared memory: the stream path where the wide tail does not fit)
     assert cfg("float16", 8, 320, 32, 128 * 128, True, 132, 101376) == (stream16, 1188, 128)
     assert cfg("float32", 8, 640, 32, 64 * 64, False, *h100)[0] == "fusion_groupnorm_loop_f32_v1"  # scalar packs

@@ -52,7 +52,7 @@ CREATOR_INTERFACE = ("PLUGIN CREATOR_V3ONE", 1, 0)
 PLUGIN_INTERFACE = ("PLUGIN", 1, 0)
 # Exported from the library; everything else (static cudart included) stays local.
 # The launch policies' C entry points (tests compare them with Python's copies).
-PLAN_EXPORTS = ("fusion_norm_plan", "fusion_groupnorm_plan")
+PLAN_EXPORTS = ("fusion_norm_plan", "fusion_groupnorm_plan", "fusion_groupnorm_device")
 EXPORTS = ("getCreators", "setLoggerFinder", *PLAN_EXPORTS)
 TRT_VERSIONS = (10, 8)
 
@@ -909,9 +909,9 @@ GROUPNORM_STAGED_KS = {4: 40}  # the staged kernels' K per pack width
 # head first), in the launcher's order of preference.
 GROUPNORM_WIDE = ((4, 32, False), (8, 48, True), (8, 64, False))
 GROUPNORM_STATIC_SMEM = 1024  # what the opt-in must leave for the kernels' static shared memory
-# The stream path (sm_90+: fp32 groups past the registers, fp16 ones past the wide path): 128-thread
-# CTAs, this many an SM, chunks of 4 packs a thread, a partial polled this often before its CTA
-# computes it.
+# The stream path (sm_90+: fp32 groups past the registers; fp16 ones, and before sm_90 all, past the
+# wide path): 128-thread CTAs, at most this many an SM, chunks of 4 packs a thread, a partial
+# polled this often before its CTA computes it.
 GROUPNORM_STREAM_THREADS = 128
 GROUPNORM_STREAM_CTAS = 9
 GROUPNORM_STREAM_PACKS = 4
@@ -945,14 +945,14 @@ def groupnorm_stream_chunks(vec: int, cols: int) -> int:
     return _ceil_div(cols // vec, GROUPNORM_STREAM_PACKS * GROUPNORM_STREAM_THREADS)
 
 
-def groupnorm_stream_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms: int) -> tuple[str, int, int] | None:
+def groupnorm_stream_launch(dtype: str, vec: int, rows: int, cols: int, stream_ctas: int) -> tuple[str, int, int] | None:
     """(name, grid, block) of the stream launch for ``rows`` groups of ``cols`` elements: the
-    chunks on GROUPNORM_STREAM_CTAS CTAs an SM (at most one a chunk); None without ``stage_sms``,
-    for scalar packs or past its int chunk count."""
+    chunks on the ``stream_ctas`` CTAs the device holds at once (at most one a chunk); None
+    without them, for scalar packs or past its int chunk count."""
     chunks = groupnorm_stream_chunks(vec, cols)
-    if stage_sms <= 0 or vec != _VEC_MAX[dtype] or cols > _INT_MAX or rows > _INT_MAX // chunks:
+    if stream_ctas <= 0 or vec != _VEC_MAX[dtype] or cols > _INT_MAX or rows > _INT_MAX // chunks:
         return None
-    grid = min(rows * chunks, stage_sms * GROUPNORM_STREAM_CTAS)
+    grid = min(rows * chunks, stream_ctas)
     return groupnorm_stream_kernel(dtype, vec), grid, GROUPNORM_STREAM_THREADS
 
 
@@ -1016,18 +1016,26 @@ def groupnorm_pair_launch(dtype: str, vec: int, rows: int, cols: int, stage_sms:
     return (names[0], min(rows, _INT_MAX), GROUPNORM_PAIR_THREADS) if names else None
 
 
+def stream_ctas_for(stage_sms: int, stream_ctas: int | None) -> int:
+    """The stream kernel's CTAs a device holds at once: ``stream_ctas``, or where None (a device
+    given as (stage_sms, smem_optin)) GROUPNORM_STREAM_CTAS an SM on sm_90+ and none before."""
+    return stage_sms * GROUPNORM_STREAM_CTAS if stream_ctas is None else stream_ctas
+
+
 def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,
-                   smem_optin: int = 0) -> tuple[str, int, int]:  # fmt: skip
+                   smem_optin: int = 0, stream_ctas: int | None = None) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) for ``rows`` groups of ``cols`` elements (see groupNormLaunch.cu):
     the register path with the smallest K whose CTA has at most 256 threads, else the largest K
-    that fits 1024 threads; a group past that, with 16-byte packs: in fp32 the stream path where
-    ``stage_sms`` (groupnorm_stream_launch; groupnorm_workspace gives its workspace), else the
-    wide path where its tail fits ``smem_optin`` (the device's opt-in shared memory per CTA, less
-    GROUPNORM_STATIC_SMEM), else (fp16) the stream path; else the loop path.  A register-path CTA
-    over 512 threads fills an SM: with ``stage_sms`` (the device's SM count where it runs the
-    staged and stream kernels, sm_90+) and the group within the opt-in, the staged kernel runs instead, on min(rows, stage_sms) CTAs; fp16 takes
-    groupnorm_pair_launch there.  The wide path runs on min(rows, stage_sms) CTAs where
-    ``stage_sms``.  ``groupnorm_smem`` gives the launch's shared memory."""
+    that fits 1024 threads; a group past that, with 16-byte packs: in fp32 on sm_90+
+    (``stage_sms``) the stream path (groupnorm_stream_launch on ``stream_ctas`` CTAs, see
+    stream_ctas_for; groupnorm_workspace gives its workspace), else the wide path where its tail
+    fits ``smem_optin`` (the device's opt-in shared memory per CTA, less GROUPNORM_STATIC_SMEM),
+    else the stream path where ``stream_ctas``; else the loop path.  A register-path CTA over 512
+    threads fills an SM: with ``stage_sms`` (the device's SM count where it runs the staged
+    kernels, sm_90+) and the group within the opt-in, the staged kernel runs instead, on
+    min(rows, stage_sms) CTAs; fp16 takes groupnorm_pair_launch there.  The wide path runs on
+    min(rows, stage_sms) CTAs where ``stage_sms``.  ``groupnorm_smem`` gives the launch's shared
+    memory."""
     if dtype not in GROUPNORM_DTYPES:
         raise ValueError(f"no groupnorm kernel for {dtype}")
     if rows <= 0 or cols <= 0:
@@ -1037,8 +1045,8 @@ def groupnorm_plan(dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_
     fits = [(k, block) for k, block in groupnorm_blocks(vec, cols) if block <= GROUPNORM_THREADS]
     if not fits:
         if vec > 1:
-            stream = groupnorm_stream_launch(dtype, vec, rows, cols, stage_sms)
-            wide = None if dtype == "float32" and stream else groupnorm_wide_launch(
+            stream = groupnorm_stream_launch(dtype, vec, rows, cols, stream_ctas_for(stage_sms, stream_ctas))
+            wide = None if dtype == "float32" and stream and stage_sms > 0 else groupnorm_wide_launch(
                 dtype, vec, rows, cols, stage_sms, smem_optin)
             if wide or stream:
                 return wide or stream
@@ -1060,13 +1068,13 @@ def groupnorm_blocks(vec: int, cols: int) -> list[tuple[int, int]]:
     return [(k, _ceil_div(_ceil_div(nv, k // vec), 32) * 32) for k in GROUPNORM_KS[vec]]
 
 
-def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
-                         smem_optin: int = 0) -> list[tuple[str, int, int]]:  # fmt: skip
+def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0, smem_optin: int = 0,
+                         stream_ctas: int | None = None) -> list[tuple[str, int, int]]:  # fmt: skip
     """Every launch (kernel name, grid, block) of the vector packs that holds ``rows`` groups of
     ``cols`` elements: each register-path K with the fewest threads (<= 1024) that cover a group,
     its staged launch where there is one, the fp16 pair launch where a CTA would fill an SM
     (groupnorm_pair_launch), and where no K holds the group the wide launches and
-    the stream launch (sm_90+), where they fit (the device as in groupnorm_plan; the policy
+    the stream launch, where they fit (the device as in groupnorm_plan; the policy
     picks one, the benchmark's sweep times all)."""
     vec = _VEC_MAX.get(dtype, 0)
     if dtype not in GROUPNORM_DTYPES or rows <= 0 or cols <= 0 or cols % vec:
@@ -1084,29 +1092,40 @@ def groupnorm_candidates(dtype: str, rows: int, cols: int, stage_sms: int = 0,
         pair = groupnorm_pair_launch(dtype, vec, rows, cols, stage_sms, smem_optin) if fills_sm else None
         return out + [pair] if pair else out
     wide = groupnorm_wide_launches(dtype, vec, rows, cols, stage_sms, smem_optin)
-    stream = groupnorm_stream_launch(dtype, vec, rows, cols, stage_sms)
+    stream = groupnorm_stream_launch(dtype, vec, rows, cols, stream_ctas_for(stage_sms, stream_ctas))
     return wide + [stream] if stream else wide
 
 
 def groupnorm_launch_config(dtype: str, n: int, channels: int, groups: int, spatial: int, vec_ok: bool = True,
-                            stage_sms: int = 0, smem_optin: int = 0) -> tuple[str, int, int]:  # fmt: skip
+                            stage_sms: int = 0, smem_optin: int = 0,
+                            stream_ctas: int | None = None) -> tuple[str, int, int]:  # fmt: skip
     """(kernel name, grid, block) the FusedGroupNorm plugin uses for x [n, channels, spatial]
     (vec_ok: x and y 16-byte aligned; the device as in groupnorm_plan)."""
     if dtype not in GROUPNORM_DTYPES or groups <= 0 or channels % groups:
         raise ValueError(f"no groupnorm launch for {dtype}, {channels} channels in {groups} groups")
-    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok, stage_sms, smem_optin)
+    return groupnorm_plan(dtype, n * groups, channels // groups * spatial, vec_ok, stage_sms, smem_optin, stream_ctas)
 
 
-def device_groupnorm_limits() -> tuple[int, int]:
-    """(stage_sms, smem_optin) of CuPy's current device, as the plugin's launcher asks the CUDA
-    runtime: its SM count on sm_90+ (else 0), and the shared memory a CTA may opt in to.  (NVRTC
-    compiles the kernels for the device itself, so the staged ones are never empty builds.)"""
+def device_groupnorm_limits(module: Any = None) -> tuple[int, int, int]:
+    """(stage_sms, smem_optin, stream_ctas) of CuPy's current device, as the plugin's launcher asks
+    the CUDA runtime: its SM count on sm_90+ (else 0), the shared memory a CTA may opt in to, and
+    the stream kernel's CTAs it holds at once: its SMs x what the occupancy calculator gives
+    ``module``'s stream kernel (a RawModule of the groupnorm kernels), at most
+    GROUPNORM_STREAM_CTAS (without ``module``: GROUPNORM_STREAM_CTAS an SM on sm_90+, none
+    before).  (NVRTC compiles the kernels for the device itself, so the staged ones are never
+    empty builds.)"""
     import cupy  # noqa: PLC0415 - optional dependency
 
     dev = cupy.cuda.Device()
     attrs = dev.attributes
-    sms = int(attrs["MultiProcessorCount"]) if int(dev.compute_capability) >= 90 else 0
-    return sms, int(attrs["MaxSharedMemoryPerBlockOptin"])
+    sms = int(attrs["MultiProcessorCount"])
+    stage_sms = sms if int(dev.compute_capability) >= 90 else 0
+    per_sm = GROUPNORM_STREAM_CTAS if stage_sms else 0
+    if module is not None:
+        name = groupnorm_stream_kernel("float32", 4)
+        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            module.get_function(name).ptr, GROUPNORM_STREAM_THREADS, groupnorm_smem(name, "float32", 0))
+    return stage_sms, int(attrs["MaxSharedMemoryPerBlockOptin"]), sms * min(per_sm, GROUPNORM_STREAM_CTAS)
 
 
 _WORKSPACES: dict[tuple[int, int], Any] = {}  # (device, log2 of its size) -> a stream launch's buffer
@@ -1136,7 +1155,7 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     aligned = x % 16 == 0 and y % 16 == 0
     rows, cols = n * groups, channels // groups * spatial
     name, grid, block = config or groupnorm_launch_config(
-        dtype, n, channels, groups, spatial, aligned, *device_groupnorm_limits())
+        dtype, n, channels, groups, spatial, aligned, *device_groupnorm_limits(module))
     args = (x, gamma, beta, y, np.int64(rows), np.int32(channels), np.int32(groups), np.int64(spatial),
             np.float32(eps), np.int32(int(silu)))  # fmt: skip
     workspace = groupnorm_workspace(name, rows, cols)
@@ -1153,19 +1172,32 @@ def launch_groupnorm(module: Any, dtype: str, x: int, gamma: int, beta: int, y: 
     return name
 
 
+def library_groupnorm_device(lib: Path) -> tuple[int, int, int] | None:
+    """The current device as the built library's GroupNorm launcher sees it, (stage_sms,
+    smem_optin, stream_ctas) (its exported ``fusion_groupnorm_device``); None where the runtime
+    cannot say.  Needs a GPU."""
+    fn = ctypes.CDLL(str(lib)).fusion_groupnorm_device
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int)] * 3
+    fn.restype = ctypes.c_int
+    out = [ctypes.c_int() for _ in range(3)]
+    return None if fn(*(ctypes.byref(v) for v in out)) != 0 else tuple(v.value for v in out)
+
+
 def library_groupnorm_plan(lib: Path, dtype: str, rows: int, cols: int, vec_ok: bool = True, stage_sms: int = 0,
-                           smem_optin: int = 0) -> tuple[str, int, int, int, int] | None:  # fmt: skip
+                           smem_optin: int = 0,
+                           stream_ctas: int | None = None) -> tuple[str, int, int, int, int] | None:  # fmt: skip
     """The GroupNorm launch (name, grid, block, shared memory bytes, workspace bytes) the built
     library would make (its exported ``fusion_groupnorm_plan``); no GPU needed."""
     fn = ctypes.CDLL(str(lib)).fusion_groupnorm_plan
     c = ctypes
-    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_int, c.c_int, c.c_char_p, c.c_int,
+    fn.argtypes = [c.c_int, c.c_longlong, c.c_longlong, c.c_int, c.c_int, c.c_int, c.c_int, c.c_char_p, c.c_int,
                    c.POINTER(c.c_longlong), c.POINTER(c.c_int), c.POINTER(c.c_int), c.POINTER(c.c_longlong)]  # fmt: skip
     fn.restype = c.c_int
     name = c.create_string_buffer(64)
     grid, block, smem, workspace = c.c_longlong(), c.c_int(), c.c_int(), c.c_longlong()
-    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), stage_sms, smem_optin, name, 64, c.byref(grid),
-            c.byref(block), c.byref(smem), c.byref(workspace))  # fmt: skip
+    rc = fn(list(_DTYPE_TAG).index(dtype), rows, cols, int(vec_ok), stage_sms, smem_optin,
+            stream_ctas_for(stage_sms, stream_ctas), name, 64, c.byref(grid), c.byref(block), c.byref(smem),
+            c.byref(workspace))  # fmt: skip
     return None if rc != 0 else (name.value.decode(), grid.value, block.value, smem.value, workspace.value)
 
 

@@ -2,7 +2,8 @@
 // fits 1024 threads x K elements, in CTAs small enough to share an SM where a K allows (where a
 // CTA would fill the SM: fp32 staged, fp16 the wide kernel in two CTAs an SM); past that, on
 // sm_90+, fp32 the stream path (with a workspace) and fp16 the wide path, else the stream path;
-// before sm_90 the wide path; else the three-pass loop path.
+// before sm_90 the wide path, else the stream path; else (no workspace, scalar packs) the
+// three-pass loop path.
 #include "groupnorm/groupNormLaunch.h"
 #include "groupnorm/groupNormKernels.cuh"
 
@@ -10,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <map>
+#include <mutex>
 
 #define FUSION_GROUPNORM_DECLARE_K(TN, T, VEC, K)                                                                  \
     extern "C" __global__ void fusion_groupnorm_reg_##TN##_v##VEC##_k##K FUSION_GROUPNORM_PARAMS(T);
@@ -77,22 +80,59 @@ KernelEntry const* findKernel(KernelEntry const* begin, KernelEntry const* end, 
     return nullptr;
 }
 
-// The current device's GroupNormDevice; {} where a query fails.
+// The stream path's chunk (packs) and dynamic shared memory (two chunks of 16-byte packs).
+constexpr int64_t kStreamChunkPacks = FUSION_GROUPNORM_STREAM_PACKS * FUSION_GROUPNORM_STREAM_THREADS;
+constexpr int32_t kStreamSmem = 2 * kStreamChunkPacks * 16;
+
+// The stream kernel's CTAs `sms` SMs hold at once, at most STREAM_CTAS an SM (its launch bounds;
+// fewer where an SM's shared memory or registers hold fewer: 5 in an RTX 3090's 100 KB); 0 where
+// the library has no code for this device.  (The grid is that, so no CTA waits for one that has
+// not started: the kernel would still finish, computing the missing partials itself, but slowly.)
+int streamCtas(int sms)
+{
+    int perSm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm,
+            reinterpret_cast<void const*>(&fusion_groupnorm_stream_f32_v4), FUSION_GROUPNORM_STREAM_THREADS,
+            kStreamSmem)
+        != cudaSuccess)
+    {
+        (void) cudaGetLastError();
+        return 0;
+    }
+    return sms * (perSm < FUSION_GROUPNORM_STREAM_CTAS ? perSm : FUSION_GROUPNORM_STREAM_CTAS);
+}
+
+// The current device's GroupNormDevice, asked of the runtime once a device; {} where a query
+// fails.
 GroupNormDevice currentDevice()
 {
     int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess)
+    {
+        (void) cudaGetLastError();
+        return GroupNormDevice{};
+    }
+    static std::mutex mutex;
+    static std::map<int, GroupNormDevice> known;
+    std::lock_guard<std::mutex> const lock(mutex);
+    auto const it = known.find(device);
+    if (it != known.end())
+    {
+        return it->second;
+    }
     int major = 0;
     int sms = 0;
     int optin = 0;
-    if (cudaGetDevice(&device) != cudaSuccess
-        || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess
         || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess
         || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
     {
         (void) cudaGetLastError();
         return GroupNormDevice{};
     }
-    return GroupNormDevice{major >= 9 ? sms : 0, optin};
+    GroupNormDevice const found{major >= 9 ? sms : 0, optin, streamCtas(sms)};
+    known.emplace(device, found);
+    return found;
 }
 
 // Whether `kernel` may launch with `bytes` of dynamic shared memory (raising its limit once)
@@ -110,10 +150,6 @@ bool usableKernel(void const* kernel, int bytes, int minPtx)
     }
     return ok;
 }
-
-// The stream path's chunk (packs) and dynamic shared memory (two chunks of 16-byte packs).
-constexpr int64_t kStreamChunkPacks = FUSION_GROUPNORM_STREAM_PACKS * FUSION_GROUPNORM_STREAM_THREADS;
-constexpr int32_t kStreamSmem = 2 * kStreamChunkPacks * 16;
 
 int64_t threadsFor(int64_t packs, int64_t perThread)
 {
@@ -215,17 +251,17 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
     }
     else if (pick == nullptr && vec > 1)
     {
-        // sm_90+: fp32 takes the stream path (chunks on STREAM_CTAS CTAs an SM, taking them in
-        // turn; the kernel counts them in int); fp16 the wide path, one CTA an SM, each taking its
-        // rows in turn and loading its next group as it writes this one, else the stream path.
-        // Elsewhere the wide path, one CTA a group.
+        // sm_90+: fp32 takes the stream path (chunks on the CTAs the device holds, taking them
+        // in turn; the kernel counts them in int); fp16 the wide path, one CTA an SM, each taking
+        // its rows in turn and loading its next group as it writes this one, else the stream
+        // path.  Before sm_90 the wide path, one CTA a group, else the stream path.
         bool const rowsInTurn = device.stageSms > 0 && rows > device.stageSms;
         KernelEntry const* wide = wideKernel(typeName, vec, nv, FUSION_GROUPNORM_THREADS, smemFree, rowsInTurn);
         int64_t const chunks = (nv + kStreamChunkPacks - 1) / kStreamChunkPacks; // a group's
-        KernelEntry const* stream = device.stageSms > 0 && cols <= INT_MAX && rows <= INT_MAX / chunks
+        KernelEntry const* stream = device.streamCtas > 0 && cols <= INT_MAX && rows <= INT_MAX / chunks
             ? findKernel(std::begin(kStreamKernels), std::end(kStreamKernels), typeName, vec)
             : nullptr;
-        if (wide != nullptr && !(f32 && stream != nullptr))
+        if (wide != nullptr && !(f32 && stream != nullptr && device.stageSms > 0))
         {
             use = wide;
             plan.block = FUSION_GROUPNORM_THREADS;
@@ -238,8 +274,7 @@ NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, Gr
         else if (stream != nullptr)
         {
             use = stream;
-            int64_t const resident = static_cast<int64_t>(device.stageSms) * FUSION_GROUPNORM_STREAM_CTAS;
-            plan.grid = rows * chunks < resident ? rows * chunks : resident;
+            plan.grid = rows * chunks < device.streamCtas ? rows * chunks : device.streamCtas;
             plan.block = FUSION_GROUPNORM_STREAM_THREADS;
             plan.smem = kStreamSmem;
             plan.workspace = rows * chunks * static_cast<int64_t>(sizeof(unsigned long long));
@@ -345,14 +380,14 @@ cudaError_t launchGroupNorm(ElemType type, void const* x, void const* gamma, voi
 
 } // namespace fusion
 
-// C entry point for tests: the launch policy without a GPU (type: ElemType; stageSms and
-// smemOptin: a GroupNormDevice; workspace: bytes).  Returns 0, or -1 if none.
+// C entry point for tests: the launch policy without a GPU (type: ElemType; stageSms, smemOptin
+// and streamCtas: a GroupNormDevice; workspace: bytes).  Returns 0, or -1 if none.
 extern "C" __attribute__((visibility("default"))) int fusion_groupnorm_plan(int type, long long rows, long long cols,
-    int vecOk, int stageSms, int smemOptin, char* name, int nameCap, long long* grid, int* block, int* smem,
-    long long* workspace)
+    int vecOk, int stageSms, int smemOptin, int streamCtas, char* name, int nameCap, long long* grid, int* block,
+    int* smem, long long* workspace)
 {
-    fusion::NormPlan const plan = fusion::planGroupNorm(
-        static_cast<fusion::ElemType>(type), rows, cols, vecOk != 0, fusion::GroupNormDevice{stageSms, smemOptin});
+    fusion::NormPlan const plan = fusion::planGroupNorm(static_cast<fusion::ElemType>(type), rows, cols, vecOk != 0,
+        fusion::GroupNormDevice{stageSms, smemOptin, streamCtas});
     if (plan.kernel == nullptr || name == nullptr || nameCap <= 0)
     {
         return -1;
@@ -363,4 +398,16 @@ extern "C" __attribute__((visibility("default"))) int fusion_groupnorm_plan(int 
     *smem = plan.smem;
     *workspace = plan.workspace;
     return 0;
+}
+
+// C entry point for tests: the current device as the launcher sees it (a GroupNormDevice), to
+// compare with Python's.  Returns 0, or -1 where the runtime cannot say.
+extern "C" __attribute__((visibility("default"))) int fusion_groupnorm_device(
+    int* stageSms, int* smemOptin, int* streamCtas)
+{
+    fusion::GroupNormDevice const device = fusion::currentDevice();
+    *stageSms = device.stageSms;
+    *smemOptin = device.smemOptin;
+    *streamCtas = device.streamCtas;
+    return device.smemOptin > 0 ? 0 : -1;
 }

@@ -14,16 +14,17 @@ namespace fusion
 // What the device offers the GroupNorm kernels beyond the register path ({}: nothing).
 struct GroupNormDevice
 {
-    int stageSms;  // its SM count where it runs the staged and stream kernels and sizes the wide
-                   // path's grid by it (sm_90+), else 0
-    int smemOptin; // the dynamic shared memory a CTA may opt in to (staged and wide kernels)
+    int stageSms;   // its SM count where it runs the staged kernels, prefers the stream path for
+                    // fp32 and sizes the wide path's grid by it (sm_90+), else 0
+    int smemOptin;  // the dynamic shared memory a CTA may opt in to (staged and wide kernels)
+    int streamCtas; // the stream kernel's CTAs it holds at once (its grid), 0: no stream path
 };
 
 // Kernel, grid, block, shared memory and workspace for rows = N * G groups of cols elements:
 // the register path (where a CTA fills an SM: fp32 staged, fp16 the wide kernel in two CTAs an
-// SM), else the wide path (a register head and a shared tail), else the stream path (chunks on
-// many CTAs, their statistics through the workspace), else the loop path; groupNormKernels.cuh
-// has the policy.  vecOk: x and y are 16-byte aligned.
+// SM), else the wide path (a register head and a shared tail; on sm_90+ fp32 the stream path
+// first), else the stream path (chunks on many CTAs, their statistics through the workspace),
+// else the loop path; groupNormKernels.cuh has the kernels.  vecOk: x and y are 16-byte aligned.
 // Keep in sync with fusion/plugins/library.py:groupnorm_plan (a test compares them).
 NormPlan planGroupNorm(ElemType type, int64_t rows, int64_t cols, bool vecOk, GroupNormDevice device = {});
 

@@ -10,13 +10,17 @@ library instantiates."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from fusion.plugins.library import (
     GROUPNORM_STATIC_SMEM, GROUPNORM_STREAM_THREADS, device_groupnorm_limits, groupnorm_blocks, groupnorm_launch_config,
     groupnorm_reg_kernel, groupnorm_smem, groupnorm_staged_kernel, groupnorm_stream_chunks, groupnorm_stream_kernel,
-    groupnorm_stream_launch, groupnorm_wide_kernel, launch_groupnorm, load_kernel_module)  # fmt: skip
+    groupnorm_stream_launch, groupnorm_wide_kernel, launch_groupnorm, library_groupnorm_device,
+    load_kernel_module)  # fmt: skip
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3)}
 # (shape, groups, offset): offset > 0 starts x and y that many elements past a 16-byte boundary.
@@ -67,7 +71,7 @@ def case_id(case) -> str:
 
 def planned(dtype: str, case, device: tuple[int, int] | None = None) -> str:
     """The kernel the launch policy picks for a case (offset elements past an aligned base) on a
-    device (stage_sms, smem_optin) (None: CuPy's current device)."""
+    device (stage_sms, smem_optin, stream_ctas) (None: CuPy's current device)."""
     shape, groups, offset = case
     spatial = int(np.prod(shape[2:], dtype=np.int64))
     itemsize = np.dtype(dtype).itemsize
@@ -315,7 +319,7 @@ def test_groupnorm_stream_any_grid_bit_for_bit(cp, module, dtype):
     vec = 4 if dtype == "float32" else 8
     shape, groups = (6, 96, 47, 49), 2
     cols = 48 * 47 * 49
-    name, grid, block = groupnorm_stream_launch(dtype, vec, 12, cols, device_groupnorm_limits()[0])
+    name, grid, block = groupnorm_stream_launch(dtype, vec, 12, cols, device_groupnorm_limits()[2])
     assert block == GROUPNORM_STREAM_THREADS and name == groupnorm_stream_kernel(dtype, vec)
     chunks = groupnorm_stream_chunks(vec, cols)
     outs = check_grids(cp, module, dtype, shape, groups, name, block,
@@ -336,7 +340,7 @@ def test_groupnorm_stream_repeats_bit_for_bit(cp, module, dtype):
     vec = 4 if dtype == "float32" else 8
     shape, groups = (17, 64 if dtype == "float32" else 128, 33, 40), 2
     cols = shape[1] // groups * 33 * 40
-    name, grid, block = groupnorm_stream_launch(dtype, vec, 34, cols, device_groupnorm_limits()[0])
+    name, grid, block = groupnorm_stream_launch(dtype, vec, 34, cols, device_groupnorm_limits()[2])
     rng = np.random.default_rng(9)
     x = (rng.standard_normal(shape) * 2 + 3).astype(dtype)
     g = rng.uniform(-1.5, 1.5, shape[1]).astype(dtype)
@@ -356,3 +360,17 @@ def test_groupnorm_stream_repeats_bit_for_bit(cp, module, dtype):
 def test_groupnorm_empty_batch_launches_nothing():
     with pytest.raises(ValueError, match="nothing to launch"):
         groupnorm_launch_config("float32", 0, 64, 32, 64)
+
+
+@pytest.mark.gpu
+def test_launcher_sees_the_device_as_python(module):
+    """The plugin library's launcher and the Python mirror see this GPU alike (its SMs for the
+    staged and wide grids, the opt-in shared memory, the stream kernel's CTAs it holds by the
+    occupancy calculator, at most 9 an SM), so the policy the tests here run is the plugin's.
+    FUSION_PLUGIN_LIB: the built library (bench/run_gpu_kernels.sh sets it)."""
+    lib = os.environ.get("FUSION_PLUGIN_LIB")
+    if not lib:
+        pytest.skip("FUSION_PLUGIN_LIB is not set")
+    device = device_groupnorm_limits(module)
+    assert library_groupnorm_device(Path(lib)) == device
+    assert device[2] > 0  # every GPU these tests run on holds stream CTAs
