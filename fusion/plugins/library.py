@@ -1123,9 +1123,22 @@ def device_groupnorm_limits(module: Any = None) -> tuple[int, int, int]:
     per_sm = GROUPNORM_STREAM_CTAS if stage_sms else 0
     if module is not None:
         name = groupnorm_stream_kernel("float32", 4)
-        per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            module.get_function(name).ptr, GROUPNORM_STREAM_THREADS, groupnorm_smem(name, "float32", 0))
+        fn = module.get_function(name)
+        per_sm = stream_ctas_per_sm(attrs, fn.num_regs, fn.shared_size_bytes + groupnorm_smem(name, "float32", 0))
     return stage_sms, int(attrs["MaxSharedMemoryPerBlockOptin"]), sms * min(per_sm, GROUPNORM_STREAM_CTAS)
+
+
+def stream_ctas_per_sm(attrs: dict[str, int], regs: int, smem: int) -> int:
+    """The stream kernel's CTAs (GROUPNORM_STREAM_THREADS threads, ``regs`` registers a thread,
+    ``smem`` bytes of shared memory) an SM of a device with CuPy's ``attrs`` holds at once, by the
+    occupancy calculator's rules (registers allocated 256 a warp, 1 KB of shared memory reserved
+    a CTA from sm_80), at most GROUPNORM_STREAM_CTAS: what the plugin's launcher asks the CUDA
+    runtime for."""
+    warps = GROUPNORM_STREAM_THREADS // 32
+    reg_warps = attrs["MaxRegistersPerMultiprocessor"] // (_ceil_div(regs * 32, 256) * 256) if regs else warps * 64
+    smem_ctas = attrs["MaxSharedMemoryPerMultiprocessor"] // (smem + attrs.get("ReservedSharedMemoryPerBlock", 0))
+    return min(GROUPNORM_STREAM_CTAS, attrs["MaxThreadsPerMultiProcessor"] // GROUPNORM_STREAM_THREADS,
+               attrs["MaxBlocksPerMultiprocessor"], reg_warps // warps, smem_ctas)  # fmt: skip
 
 
 _WORKSPACES: dict[tuple[int, int], Any] = {}  # (device, log2 of its size) -> a stream launch's buffer
