@@ -69,7 +69,7 @@ def case_id(case) -> str:
     return f"{'x'.join(map(str, shape))}_g{groups}" + (f"_off{offset}" if offset else "")
 
 
-def planned(dtype: str, case, device: tuple[int, int] | None = None) -> str:
+def planned(dtype: str, case, device: tuple[int, ...] | None = None) -> str:
     """The kernel the launch policy picks for a case (offset elements past an aligned base) on a
     device (stage_sms, smem_optin, stream_ctas) (None: CuPy's current device)."""
     shape, groups, offset = case
