@@ -1125,7 +1125,7 @@ def device_groupnorm_limits(module: Any = None) -> tuple[int, int, int]:
         name = groupnorm_stream_kernel("float32", 4)
         fn = module.get_function(name)
         per_sm = stream_ctas_per_sm(attrs, fn.num_regs, fn.shared_size_bytes + groupnorm_smem(name, "float32", 0))
-    return stage_sms, int(attrs["MaxSharedMemoryPerBlockOptin"]), sms * min(per_sm, GROUPNORM_STREAM_CTAS)
+    return stage_sms, int(attrs["MaxSharedMemoryPerBlockOptin"]), sms * per_sm
 
 
 def stream_ctas_per_sm(attrs: dict[str, int], regs: int, smem: int) -> int:
@@ -1135,7 +1135,7 @@ def stream_ctas_per_sm(attrs: dict[str, int], regs: int, smem: int) -> int:
     a CTA from sm_80), at most GROUPNORM_STREAM_CTAS: what the plugin's launcher asks the CUDA
     runtime for."""
     warps = GROUPNORM_STREAM_THREADS // 32
-    reg_warps = attrs["MaxRegistersPerMultiprocessor"] // (_ceil_div(regs * 32, 256) * 256) if regs else warps * 64
+    reg_warps = attrs["MaxRegistersPerMultiprocessor"] // (_ceil_div(regs * 32, 256) * 256)
     smem_ctas = attrs["MaxSharedMemoryPerMultiprocessor"] // (smem + attrs.get("ReservedSharedMemoryPerBlock", 0))
     return min(GROUPNORM_STREAM_CTAS, attrs["MaxThreadsPerMultiProcessor"] // GROUPNORM_STREAM_THREADS,
                attrs["MaxBlocksPerMultiprocessor"], reg_warps // warps, smem_ctas)  # fmt: skip

@@ -270,9 +270,10 @@ def test_groupnorm_large_group_statistics(cp, module, dtype, shape, data, path):
     careless variance: a spread far below the mean, the sampled packs' region far from the rest of
     the group, an outlier as the first element.  The wide path's one pass (about the mean of each
     thread's first pack), the stream path's chunks (one pass each about the mean of its threads'
-    first packs, published about the row's first element, merged about chunk 0's).  path "policy": the launcher's pick on this device (H100: fp32
-    the stream path, fp16 the wide kernel in 512 or 1024 threads); "wide": the wide kernel on one
-    CTA a group where its tail fits the device."""
+    first packs, published about the row's first element, merged about chunk 0's).  path
+    "policy": the launcher's pick on this device (H100: fp32 the stream path, fp16 the wide kernel
+    in 512 or 1024 threads); "wide": the wide kernel on one CTA a group where its tail fits the
+    device."""
     cols = shape[1] // 32 * shape[2] * shape[3]
     limits = device_groupnorm_limits()
     config = None
