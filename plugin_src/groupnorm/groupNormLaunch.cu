@@ -88,7 +88,7 @@ constexpr int32_t kStreamSmem = 2 * kStreamChunkPacks * 16;
 // fewer where an SM's shared memory or registers hold fewer: 5 in an RTX 3090's 100 KB); 0 where
 // the library has no code for this device.  (The grid is that, so no CTA waits for one that has
 // not started: the kernel would still finish, computing the missing partials itself, but slowly.)
-int streamCtas(int sms)
+int residentStreamCtas(int sms)
 {
     int perSm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm,
@@ -130,7 +130,7 @@ GroupNormDevice currentDevice()
         (void) cudaGetLastError();
         return GroupNormDevice{};
     }
-    GroupNormDevice const found{major >= 9 ? sms : 0, optin, streamCtas(sms)};
+    GroupNormDevice const found{major >= 9 ? sms : 0, optin, residentStreamCtas(sms)};
     known.emplace(device, found);
     return found;
 }
