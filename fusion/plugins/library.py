@@ -1120,12 +1120,13 @@ def device_groupnorm_limits(module: Any = None) -> tuple[int, int, int]:
     attrs = dev.attributes
     sms = int(attrs["MultiProcessorCount"])
     stage_sms = sms if int(dev.compute_capability) >= 90 else 0
-    per_sm = GROUPNORM_STREAM_CTAS if stage_sms else 0
+    stream_ctas = None
     if module is not None:
         name = groupnorm_stream_kernel("float32", 4)
         fn = module.get_function(name)
-        per_sm = stream_ctas_per_sm(attrs, fn.num_regs, fn.shared_size_bytes + groupnorm_smem(name, "float32", 0))
-    return stage_sms, int(attrs["MaxSharedMemoryPerBlockOptin"]), sms * per_sm
+        smem = fn.shared_size_bytes + groupnorm_smem(name, "float32", 0)
+        stream_ctas = sms * stream_ctas_per_sm(attrs, fn.num_regs, smem)
+    return stage_sms, int(attrs["MaxSharedMemoryPerBlockOptin"]), stream_ctas_for(stage_sms, stream_ctas)
 
 
 def stream_ctas_per_sm(attrs: dict[str, int], regs: int, smem: int) -> int:
